@@ -1,0 +1,38 @@
+# Two commands do everything on a fresh machine:
+#   make demo   — set up .venv, start Ray Serve with the demo target, generate with the ONNX draft
+#   make test   — set up .venv, run the test suite
+# Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.edgespec-installed
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-fast proto bench clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/edgespec demo
+
+test: $(STAMP)
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# Pure-logic tests only (no Ray Serve, no model export): seconds, not minutes.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,201 @@
+"""The Ray Serve deployment behind Serve's gRPC proxy: Session, Generate, Info, Health.
+
+Each stream handler validates its messages on the event loop and awaits ``_verify_batch``,
+a ``@serve.batch`` method: the drafts of every session that arrived while the previous
+forward ran are verified together in ONE target forward. The model runs on a single
+executor thread, so the event loop keeps receiving messages (and filling the next batch)
+while it computes.
+
+Errors: a refused request ends its own stream with a precise gRPC status code and a message
+that says what to fix (``SessionError``); other sessions on the replica are untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator
+
+import grpc
+from grpc_health.v1 import health_pb2
+from ray import serve
+
+from edgespec import __version__
+from edgespec.cloud import codec
+from edgespec.cloud.config import VerifierConfig
+from edgespec.cloud.session import Finish, SessionError, SessionState, check_draft, precondition
+from edgespec.cloud.verifier import Verifier, VerifyItem
+from edgespec.v1 import speculative_pb2 as pb
+
+log = logging.getLogger("ray.serve")
+
+DEPLOYMENT_NAME = "Verifier"
+
+
+@serve.deployment(name=DEPLOYMENT_NAME)
+class VerifierDeployment:
+    def __init__(self, config: dict[str, Any]):
+        self.config = VerifierConfig.from_dict(config)
+        self.verifier = Verifier(self.config)
+        # One thread owns the model: forwards never overlap, and the event loop stays free.
+        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-model")
+        self._verify_batch.set_max_batch_size(self.config.max_batch_size)
+        self._verify_batch.set_batch_wait_timeout_s(self.config.batch_wait_timeout_s)
+        self.active_sessions = 0
+        log.info("edgespec verifier ready: %s", self.verifier.engine.describe())
+
+    # ---- the speculative session -------------------------------------------------------
+
+    async def Session(self, requests: AsyncIterator[pb.SessionRequest], grpc_context=None):
+        session: SessionState | None = None
+        session_id = ""
+        try:
+            while True:
+                request = await self._next_message(requests)
+                if request is None:
+                    break
+                kind = request.WhichOneof("kind")
+                if kind == "open":
+                    if session is not None:
+                        raise precondition("Open sent twice on one stream: open a new stream for a new session")
+                    session = await self._admit(codec.open_from_proto(request.open))
+                    session_id = uuid.uuid4().hex
+                    yield pb.SessionResponse(
+                        opened=pb.Opened(
+                            session_id=session_id,
+                            max_k=self.config.max_k,
+                            max_context=self.verifier.limits.max_context,
+                            max_new_tokens=session.max_new_tokens,
+                            model_id=self.config.model_id,
+                        )
+                    )
+                elif kind == "draft":
+                    if session is None:
+                        raise precondition("Draft before Open: the first message of a session must be Open")
+                    yield codec.verdict_to_proto(await self._round(session, request.draft))
+                elif kind == "close":
+                    if session is not None:
+                        yield pb.SessionResponse(
+                            closed=pb.Closed(rounds=session.next_round - session.spec.first_round, generated_tokens=session.generated)
+                        )
+                    break
+                else:
+                    raise SessionError(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest: set open, draft or close")
+        except SessionError as exc:
+            raise self._fail(grpc_context, exc.code, exc.message) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("session %s failed", session_id)
+            raise self._fail(grpc_context, grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; reopen the session to continue") from None
+        finally:
+            if session is not None:
+                self.active_sessions -= 1
+                session.kv = None
+
+    async def _round(self, session: SessionState, draft: pb.Draft):
+        last = session.last_verdict
+        if last is not None and draft.round == last.round_no and list(draft.token_ids) == session.last_block.tokens:
+            return last  # a retried round: same drafts, same (already committed) verdict
+        block = check_draft(session, int(draft.round), list(draft.token_ids), codec.draft_q(draft))
+        return await self._verify_batch(VerifyItem(session, block))
+
+    async def _next_message(self, requests: AsyncIterator[pb.SessionRequest]) -> pb.SessionRequest | None:
+        try:
+            return await asyncio.wait_for(requests.__anext__(), timeout=self.config.session_idle_timeout_s)
+        except StopAsyncIteration:
+            return None
+        except asyncio.TimeoutError:
+            raise SessionError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"session idle for more than {self.config.session_idle_timeout_s:g}s: closed; "
+                "reopen with the committed tokens to continue",
+            ) from None
+
+    async def _admit(self, request, *, generate: bool = False) -> SessionState:
+        """Takes a session slot and prefills the prompt; refuses when the replica is full."""
+        if self.active_sessions >= self.config.max_sessions:
+            raise SessionError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"replica at capacity ({self.config.max_sessions} sessions): retry later or add replicas",
+            )
+        self.active_sessions += 1
+        try:
+            return await self._on_model_thread(self.verifier.start, request, generate=generate)
+        except BaseException:
+            self.active_sessions -= 1
+            raise
+
+    # ---- cloud-only generation (the baseline) --------------------------------------------
+
+    async def Generate(self, request: pb.GenerateRequest, grpc_context=None):
+        session: SessionState | None = None
+        try:
+            session = await self._admit(codec.generate_from_proto(request), generate=True)
+            while not session.finished:
+                verdict = await self._verify_batch(VerifyItem(session, None))
+                yield pb.GenerateResponse(
+                    token_ids=[verdict.next_token],
+                    finished=verdict.finish is not Finish.NONE,
+                    finish_reason=codec.FINISH_REASONS[verdict.finish],
+                )
+        except SessionError as exc:
+            raise self._fail(grpc_context, exc.code, exc.message) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("generate failed")
+            raise self._fail(grpc_context, grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}") from None
+        finally:
+            if session is not None:
+                self.active_sessions -= 1
+                session.kv = None
+
+    # ---- unary calls ---------------------------------------------------------------------
+
+    async def Info(self, request: pb.InfoRequest, grpc_context=None) -> pb.InfoResponse:
+        limits = self.verifier.limits
+        return pb.InfoResponse(
+            model_id=self.config.model_id,
+            tokenizer_fingerprint=limits.tokenizer_fingerprint,
+            vocab_size=limits.vocab_size,
+            max_context=limits.max_context,
+            max_k=limits.max_k,
+            modes=list(codec.MODE_NUMBERS.values()),
+            max_new_tokens=limits.max_new_tokens,
+            version=__version__,
+        )
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, grpc_context=None) -> health_pb2.HealthCheckResponse:
+        known = ("", "edgespec.v1.Speculative")
+        if request.service not in known:
+            raise self._fail(grpc_context, grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}; known: {known}")
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, grpc_context=None):
+        # A replica that answers is serving; the stream ends rather than hold a request slot.
+        yield await self.Check(request, grpc_context)
+
+    # ---- batching --------------------------------------------------------------------------
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
+    async def _verify_batch(self, items: list[VerifyItem]):
+        return await self._on_model_thread(self.verifier.step, items)
+
+    async def _on_model_thread(self, fn, *args, **kwargs):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._model_thread, lambda: fn(*args, **kwargs))
+
+    @staticmethod
+    def _fail(grpc_context, code: grpc.StatusCode, message: str) -> Exception:
+        """Sets the status the proxy answers with; returns the exception to raise.
+
+        NOTE: the exception crosses to the proxy process by pickling, so it is a builtin
+        type: a custom class with a different constructor fails to deserialize there.
+        """
+        if grpc_context is not None:
+            grpc_context.set_code(code)
+            grpc_context.set_details(message)
+        return RuntimeError(message)

@@ -1,0 +1,215 @@
+"""The asyncio client: ``async with AsyncEdgeClient(server, draft) as c: await c.generate(...)``.
+
+It owns one gRPC channel and one draft model. The draft runs on a private thread, so an
+application's event loop is never blocked by drafting. Generations on one client run one at a
+time (they share the draft's cache); use one client per concurrent stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+import grpc
+
+from edgespec.edge.detok import IncrementalDecoder
+from edgespec.edge.draft import DraftModel
+from edgespec.edge.errors import EdgespecError, TokenizerMismatchError, from_rpc_error, is_retryable
+from edgespec.edge.stats import RequestStats
+from edgespec.edge.speculate import FINISH_NAMES, GRPC_FRAME_HEADER, SpeculativeRun, backoff_s
+from edgespec.edge.types import GenerationParams, Result, ServerInfo
+from edgespec.v1 import speculative_pb2 as pb
+from edgespec.v1 import speculative_pb2_grpc as pb_grpc
+
+DEFAULT_TIMEOUT_S = 30.0  # per reply: no single verdict or message may take longer
+DEFAULT_MAX_RETRIES = 3  # consecutive failed attempts (without progress) before giving up
+DEFAULT_CHANNEL_OPTIONS = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+)
+MODE_NAMES = {pb.VERIFY_MODE_GREEDY: "greedy", pb.VERIFY_MODE_EXACT: "exact", pb.VERIFY_MODE_TOKEN: "token"}
+
+
+class AsyncEdgeClient:
+    def __init__(
+        self,
+        server: str,
+        draft: DraftModel | str | Path,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        credentials: grpc.ChannelCredentials | None = None,
+        channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
+        draft_threads: int = 1,
+    ):
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.server = server
+        self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads)
+        self.timeout, self.max_retries = timeout, max_retries
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(server, options=list(channel_options))
+        else:
+            self._channel = grpc.aio.secure_channel(server, credentials, options=list(channel_options))
+        self._stub = pb_grpc.SpeculativeStub(self._channel)
+        self._draft_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-draft")
+        self._lock = asyncio.Lock()
+        self._info: ServerInfo | None = None
+
+    async def __aenter__(self) -> "AsyncEdgeClient":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+        self._draft_thread.shutdown(wait=False)
+
+    # ---- server ------------------------------------------------------------------------
+
+    async def info(self, *, refresh: bool = False) -> ServerInfo:
+        """What the server serves; checks that its tokenizer is the draft's."""
+        if self._info is None or refresh:
+            reply = await self._unary_with_retries(lambda: self._stub.Info(pb.InfoRequest(), timeout=self.timeout))
+            info = ServerInfo(
+                model_id=reply.model_id,
+                tokenizer_fingerprint=reply.tokenizer_fingerprint,
+                vocab_size=reply.vocab_size,
+                max_context=reply.max_context,
+                max_k=reply.max_k,
+                max_new_tokens=reply.max_new_tokens,
+                modes=tuple(MODE_NAMES.get(m, str(m)) for m in reply.modes),
+                version=reply.version,
+            )
+            if info.tokenizer_fingerprint != self.draft.manifest.tokenizer_fingerprint:
+                raise TokenizerMismatchError(self.draft.manifest.tokenizer_fingerprint, info.tokenizer_fingerprint)
+            self._info = info
+        return self._info
+
+    async def _unary_with_retries(self, call):
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                return await call()
+            except grpc.RpcError as exc:
+                if not is_retryable(exc) or attempt > self.max_retries:
+                    raise from_rpc_error(exc) from None
+                await asyncio.sleep(backoff_s(attempt))
+
+    # ---- generation ---------------------------------------------------------------------
+
+    def encode(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.draft.tokenizer.encode(prompt).ids
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("the prompt is empty: give at least one token of text")
+        return ids
+
+    async def generate(self, prompt: str | Sequence[int], **params: Any) -> Result:
+        """Speculative generation; ``params`` are GenerationParams fields."""
+        stream = self.stream(prompt, **params)
+        async for _ in stream:
+            pass
+        return stream.result
+
+    def stream(self, prompt: str | Sequence[int], **params: Any) -> "AsyncTextStream":
+        """Yields text as verdicts arrive; ``.result`` holds the Result once exhausted."""
+        return AsyncTextStream(self, self.encode(prompt), GenerationParams(**params))
+
+    async def generate_cloud(self, prompt: str | Sequence[int], **params: Any) -> Result:
+        """Cloud-only generation (the Generate RPC): the baseline, and the fallback."""
+        prompt_ids = self.encode(prompt)
+        gen = GenerationParams(**params)
+        await self.info()
+        stop = gen.stop_token_ids
+        request = pb.GenerateRequest(
+            prompt_ids=prompt_ids,
+            sampling=pb.SamplingParams(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p, seed=gen.seed),
+            tokenizer_fingerprint=self.draft.manifest.tokenizer_fingerprint,
+            max_new_tokens=gen.max_new_tokens,
+            stop_token_ids=list(self.draft.manifest.eos_token_ids if stop is None else stop),
+        )
+        stats = RequestStats(bytes_sent=request.ByteSize() + GRPC_FRAME_HEADER)
+        tokens: list[int] = []
+        finish = ""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            call = self._stub.Generate(request)
+            while True:
+                reply = await asyncio.wait_for(call.read(), self.timeout)
+                if reply is grpc.aio.EOF:
+                    break
+                if not tokens:
+                    stats.first_token_s = loop.time() - started
+                stats.bytes_received += reply.ByteSize() + GRPC_FRAME_HEADER
+                tokens.extend(reply.token_ids)
+                stats.target_calls += len(reply.token_ids)
+                if reply.finished:
+                    finish = FINISH_NAMES.get(reply.finish_reason, "unknown")
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        stats.wall_s = loop.time() - started
+        stats.generated = len(tokens)
+        text = self.draft.tokenizer.decode(tokens, skip_special_tokens=False)
+        return Result(text=text, token_ids=tokens, prompt_ids=prompt_ids, finish_reason=finish, stats=stats)
+
+
+class AsyncTextStream:
+    """Async iterator of text pieces for one generation; closes its session when done."""
+
+    def __init__(self, client: AsyncEdgeClient, prompt_ids: list[int], params: GenerationParams):
+        self._client, self._prompt_ids, self._params = client, prompt_ids, params
+        self._decoder = IncrementalDecoder(client.draft.tokenizer)
+        self._iterator: AsyncIterator[str] | None = None
+        self.result: Result | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        if self._iterator is None:
+            self._iterator = self._pieces()
+        return self._iterator
+
+    async def _pieces(self) -> AsyncIterator[str]:
+        client = self._client
+        async with client._lock:
+            info = await client.info()
+            run = SpeculativeRun(
+                client._stub,
+                client.draft,
+                client._draft_thread,
+                self._prompt_ids,
+                self._params,
+                info,
+                timeout=client.timeout,
+                max_retries=client.max_retries,
+            )
+            try:
+                async for tokens in run.chunks():
+                    piece = self._decoder.push(tokens)
+                    if piece:
+                        yield piece
+            except EdgespecError as exc:
+                # Nothing committed is lost: the error carries what was generated before it.
+                self.result = self._result(run, finish_reason="error")
+                exc.partial = self.result
+                raise
+            tail = self._decoder.flush()
+            if tail:
+                yield tail
+            self.result = self._result(run, finish_reason=run.finish_reason)
+
+    def _result(self, run: SpeculativeRun, finish_reason: str) -> Result:
+        return Result(
+            text=self._decoder.text,
+            token_ids=list(run.generated),
+            prompt_ids=self._prompt_ids,
+            finish_reason=finish_reason,
+            stats=run.stats,
+        )

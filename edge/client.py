@@ -1,0 +1,123 @@
+"""The blocking client: ``with EdgeClient(server, draft) as c: c.generate(...)``.
+
+A thin twin of ``AsyncEdgeClient`` with the same methods: it runs the async client on a
+private event-loop thread and waits for each call, so the two never drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from edgespec.edge.aclient import AsyncEdgeClient
+from edgespec.edge.draft import DraftModel
+from edgespec.edge.types import Result, ServerInfo
+
+
+class EdgeClient:
+    """Speculative generation against an edgespec server; see AsyncEdgeClient for the options."""
+
+    def __init__(self, server: str, draft: DraftModel | str | Path, **options: Any):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="edgespec-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+        async def make() -> AsyncEdgeClient:
+            return AsyncEdgeClient(server, draft, **options)  # the aio channel binds to this loop
+
+        try:
+            self._client = self._wait(make())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def __enter__(self) -> "EdgeClient":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def draft(self) -> DraftModel:
+        return self._client.draft
+
+    def encode(self, prompt: str | Sequence[int]) -> list[int]:
+        """Token ids of a prompt, with the draft's (= the target's) tokenizer."""
+        return self._client.encode(prompt)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._wait(self._client.close())
+        finally:
+            self._stop_loop()
+
+    def info(self, *, refresh: bool = False) -> ServerInfo:
+        return self._wait(self._client.info(refresh=refresh))
+
+    def generate(self, prompt: str | Sequence[int], **params: Any) -> Result:
+        return self._wait(self._client.generate(prompt, **params))
+
+    def generate_cloud(self, prompt: str | Sequence[int], **params: Any) -> Result:
+        return self._wait(self._client.generate_cloud(prompt, **params))
+
+    def stream(self, prompt: str | Sequence[int], **params: Any) -> "TextStream":
+        return TextStream(self, self._client.stream(prompt, **params))
+
+    def _wait(self, coroutine):
+        if self._loop.is_closed():
+            raise RuntimeError("the client is closed")
+        future: Future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt: stop the work on the loop thread too
+            raise
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+
+class TextStream:
+    """Iterator of text pieces as verdicts arrive; ``.result`` once exhausted; closes itself."""
+
+    def __init__(self, client: EdgeClient, stream):
+        self._client, self._stream = client, stream
+        self._pieces = stream.__aiter__()
+        self._done = False
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        if self._done:
+            raise StopIteration
+        try:
+            return self._client._wait(self._pieces.__anext__())
+        except StopAsyncIteration:
+            self._done = True
+            raise StopIteration from None
+
+    def __enter__(self) -> "TextStream":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Ends the generation early (closing its session) if it is still running."""
+        if not self._done:
+            self._done = True
+            self._client._wait(self._pieces.aclose())
+
+    @property
+    def result(self) -> Result | None:
+        return self._stream.result

@@ -1,0 +1,38 @@
+"""Incremental detokenisation: text for the tokens committed so far, emitted in pieces.
+
+A token can end in the middle of a UTF-8 character (byte-level BPE) or change how the text
+before it decodes (SentencePiece spaces), so each push decodes the generated ids and emits
+only the new, complete suffix; an incomplete character (U+FFFD at the end) waits for the next push.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer
+
+REPLACEMENT = "\ufffd"
+
+
+class IncrementalDecoder:
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.emitted = 0  # characters already handed out
+
+    def push(self, token_ids: list[int]) -> str:
+        self.ids.extend(token_ids)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        if text.endswith(REPLACEMENT):
+            return ""
+        piece = text[self.emitted :]
+        self.emitted = len(text)
+        return piece
+
+    def flush(self) -> str:
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        piece = text[self.emitted :]
+        self.emitted = len(text)
+        return piece
+
+    @property
+    def text(self) -> str:
+        return self.tokenizer.decode(self.ids, skip_special_tokens=False)

@@ -1,0 +1,242 @@
+"""The device-side draft model: an exported ONNX causal LM with its own KV cache.
+
+Terms:
+
+- *context* (``tokens``): every token the draft knows about, committed by the verifier or
+  drafted by this model and not yet rolled back.
+- *cache* (``cache_len``): the KV cache covers ``tokens[:cache_len]``. Tokens past it are
+  *pending*: known, but not yet fed through the model. ``reset`` and ``append`` only add
+  pending tokens; ``propose`` feeds them.
+- *proposal*: k drafted tokens d1..dk. ``propose(k)`` runs exactly k forwards: one over every
+  pending token (yielding d1), then one per draft d1..d(k-1). The last draft dk stays pending,
+  because the verifier may replace it.
+
+One round, as the client runs it::
+
+    committed = len(draft.tokens)
+    proposal = draft.propose(k)                # tokens == context + d1..dk
+    n, t = verifier(proposal)                  # accepted n drafts, then token t
+    draft.rollback_to(committed + n)           # O(1): slices the cache arrays
+    draft.append([t])
+
+which leaves the draft in the same state (same next proposal) as
+``reset(context + d1..dn + [t])``, only without re-feeding the context.
+
+The KV cache is a list of numpy arrays [1, kv_heads, cache_len, head_dim], one key and one
+value per layer, in the order of ``manifest.past_inputs``. No torch here: numpy,
+onnxruntime and tokenizers only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from edgespec.edge.manifest import DraftManifest
+from edgespec.edge.sampling import SamplingParams, SparseDist, probs_from_logits, round_rng, sample, truncate_top_n
+from edgespec.edge.tokenizer import fingerprint, load_tokenizer
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]  # d1..dk
+    q: list[SparseDist] | None  # the distribution each draft was sampled from; None when greedy
+    draft_ms: float  # wall time of the k forwards and the sampling
+
+
+@dataclass
+class DraftStats:
+    """Counters since construction; rates are derived here and only here."""
+
+    proposals: int = 0
+    forwards: int = 0
+    fed_tokens: int = 0  # tokens pushed through the model (context prefill included)
+    drafted_tokens: int = 0
+    draft_ms: float = 0.0
+
+    @property
+    def ms_per_draft_token(self) -> float:
+        return self.draft_ms / self.drafted_tokens if self.drafted_tokens else 0.0
+
+
+class DraftModel:
+    """An ONNX draft (a directory from ``edgespec export-draft``) that proposes tokens."""
+
+    def __init__(self, model_dir: str | Path, *, threads: int = 1, providers: list[str] | None = None):
+        if not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads must be an integer >= 0 (0 lets ONNX Runtime choose), got {threads!r}")
+        self.model_dir = Path(model_dir)
+        self.manifest: DraftManifest = DraftManifest.load(self.model_dir)
+        self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
+        if fingerprint(self.tokenizer) != self.manifest.tokenizer_fingerprint:
+            raise ValueError(
+                f"{self.model_dir / 'tokenizer.json'} has fingerprint {fingerprint(self.tokenizer)}, but the "
+                f"draft was exported with {self.manifest.tokenizer_fingerprint}; re-export the draft"
+            )
+        self.vocab_size: int = self.manifest.vocab_size
+        self.session = self._open_session(threads, providers or ["CPUExecutionProvider"])
+        self._kv_dtype = np.dtype(self.manifest.kv_dtype)
+        self.stats = DraftStats()
+        self.tokens: list[int] = []
+        self.cache_len = 0
+        self._past: list[np.ndarray] = []
+        self.reset([])
+
+    def _open_session(self, threads: int, providers: list[str]) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        path = self.model_dir / self.manifest.onnx_file
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found; the draft directory is incomplete, re-export it")
+        session = ort.InferenceSession(str(path), options, providers=providers)
+        graph_inputs = [i.name for i in session.get_inputs()]
+        if sorted(graph_inputs) != sorted(self.manifest.input_names):
+            raise ValueError(
+                f"{path} has inputs {graph_inputs} but manifest.json lists {self.manifest.input_names}; "
+                f"the two files come from different exports"
+            )
+        return session
+
+    # -- context --------------------------------------------------------------------------
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return self.manifest.eos_token_ids
+
+    @property
+    def draft_ms_per_token(self) -> float:
+        return self.stats.ms_per_draft_token
+
+    def reset(self, context_ids: Sequence[int]) -> None:
+        """Starts a new context with an empty cache; the context is fed by the next propose."""
+        context = self._checked_ids(context_ids, "context_ids")
+        self._check_length(len(context), "the context")
+        self.tokens = context
+        self._trim_cache(0)
+
+    def append(self, token_ids: Sequence[int]) -> None:
+        """Extends the context (e.g. with the verifier's token); fed by the next propose."""
+        new = self._checked_ids(token_ids, "token_ids")
+        self._check_length(len(self.tokens) + len(new), "the context after append")
+        self.tokens.extend(new)
+
+    def rollback_to(self, n: int) -> None:
+        """Keeps ``tokens[:n]`` and trims the cache to cover at most those tokens (a slice, no copy)."""
+        if not 0 <= n <= len(self.tokens):
+            raise ValueError(f"rollback_to({n}) is outside [0, {len(self.tokens)}] (the current context length)")
+        del self.tokens[n:]
+        self._trim_cache(min(self.cache_len, n))
+
+    def _trim_cache(self, length: int) -> None:
+        if length == 0:
+            shape = (1, self.manifest.num_kv_heads, 0, self.manifest.head_dim)
+            self._past = [np.zeros(shape, self._kv_dtype) for _ in self.manifest.past_inputs]
+        elif length < self.cache_len:
+            self._past = [kv[:, :, :length, :] for kv in self._past]
+        self.cache_len = length
+
+    # -- drafting -------------------------------------------------------------------------
+
+    def propose(
+        self,
+        k: int,
+        params: SamplingParams | None = None,
+        rng: np.random.Generator | None = None,
+        top_n: int = 0,
+    ) -> Proposal:
+        """Drafts ``k`` tokens after the context and appends them to ``tokens``.
+
+        Greedy (``params`` None or temperature 0): argmax, ``q`` is None, ``rng`` unused.
+        Sampling: each draft is drawn from ``truncate_top_n(probs_from_logits(logits, params), top_n)``
+        and that sparse distribution is returned in ``q`` (the verifier needs exactly it).
+        ``rng`` defaults to ``round_rng(params.seed, stats.proposals)``; pass the session's
+        per-round generator to make rounds reproducible.
+        """
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if not self.tokens:
+            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
+        # Positions up to len(tokens) + k - 2 are fed; the last draft is not.
+        self._check_length(len(self.tokens) + k - 1, f"the context plus k={k} drafts")
+        sampling = params is not None and not params.is_greedy
+        if sampling and rng is None:
+            rng = round_rng(params.seed, self.stats.proposals)
+        if self.cache_len == len(self.tokens):
+            # Everything is cached (after a rollback into the cache): re-feed the last token,
+            # since the cache keeps keys/values, not the logits that follow them.
+            self._trim_cache(self.cache_len - 1)
+        started = time.perf_counter()
+        drafts: list[int] = []
+        q: list[SparseDist] = []
+        for _ in range(k):
+            logits = self._feed(self.tokens[self.cache_len :])[-1]
+            if sampling:
+                dist = truncate_top_n(probs_from_logits(logits, params), top_n)
+                token = sample(dist, rng)
+                q.append(dist)
+            else:
+                token = int(np.argmax(logits))
+            self.tokens.append(token)
+            drafts.append(token)
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        self.stats.proposals += 1
+        self.stats.drafted_tokens += k
+        self.stats.draft_ms += elapsed_ms
+        return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms)
+
+    def _feed(self, ids: list[int]) -> np.ndarray:
+        """One forward over ``ids`` against the cache; extends the cache. Returns logits [n, V]."""
+        logits, self._past = self._run(ids, self.cache_len, self._past)
+        self.cache_len += len(ids)
+        self.stats.forwards += 1
+        self.stats.fed_tokens += len(ids)
+        return logits
+
+    def _run(self, ids: list[int], start: int, past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        m = self.manifest
+        feeds = {
+            m.ids_input: np.asarray(ids, dtype=np.int64)[None],  # [1, n]
+            m.positions_input: np.arange(start, start + len(ids), dtype=np.int64)[None],  # [1, n]
+        }
+        # Rolled-back caches are strided views; ONNX Runtime wants contiguous buffers.
+        feeds.update((name, np.ascontiguousarray(kv)) for name, kv in zip(m.past_inputs, past))
+        logits, *present = self.session.run(m.output_names, feeds)
+        return logits[0], present
+
+    def logits_for_context(self, context_ids: Sequence[int]) -> np.ndarray:
+        """Logits [len, V] over ``context_ids`` from an empty cache; leaves the model's state alone."""
+        context = self._checked_ids(context_ids, "context_ids")
+        if not context:
+            raise ValueError("context_ids must hold at least one token")
+        self._check_length(len(context), "the context")
+        shape = (1, self.manifest.num_kv_heads, 0, self.manifest.head_dim)
+        empty = [np.zeros(shape, self._kv_dtype) for _ in self.manifest.past_inputs]
+        return self._run(context, 0, empty)[0]
+
+    # -- validation -----------------------------------------------------------------------
+
+    def _checked_ids(self, ids: Sequence[int], what: str) -> list[int]:
+        out = []
+        for token in ids:
+            if not isinstance(token, (int, np.integer)) or isinstance(token, bool):
+                raise ValueError(f"{what} must hold integer token ids, got {token!r}")
+            if not 0 <= token < self.vocab_size:
+                raise ValueError(f"{what} holds token id {token}, outside this draft's vocabulary [0, {self.vocab_size})")
+            out.append(int(token))
+        return out
+
+    def _check_length(self, length: int, what: str) -> None:
+        if length > self.manifest.max_positions:
+            raise ValueError(
+                f"{what} is {length} tokens, more than the draft's max_positions {self.manifest.max_positions}; "
+                f"shorten the prompt or lower k"
+            )

@@ -1,0 +1,105 @@
+"""The SDK's typed errors: one base class, one subclass per thing a caller can act on.
+
+    EdgespecError
+    ├── ConnectionFailedError     the server could not be reached (after retries)
+    ├── RequestTimeoutError       no reply within the timeout (after retries)
+    ├── TokenizerMismatchError    draft and target tokenize differently
+    └── ServerError               the server answered with an error status
+        ├── InvalidRequestError       INVALID_ARGUMENT / OUT_OF_RANGE: fix the request
+        ├── SessionStateError         FAILED_PRECONDITION: protocol misuse
+        ├── CapacityError             RESOURCE_EXHAUSTED: retry later / add replicas
+        └── InternalServerError       INTERNAL / UNKNOWN / anything else
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class EdgespecError(Exception):
+    """Base class of every error the SDK raises.
+
+    ``partial``: when a generation fails midway, the Result of what was committed before
+    the error (its ``finish_reason`` is "error"); None otherwise.
+    """
+
+    partial = None
+
+
+class ConnectionFailedError(EdgespecError):
+    pass
+
+
+class RequestTimeoutError(EdgespecError):
+    pass
+
+
+class TokenizerMismatchError(EdgespecError):
+    def __init__(self, draft_fingerprint: str, server_fingerprint: str):
+        super().__init__(
+            f"tokenizer mismatch: the draft's tokenizer is {draft_fingerprint!r} but the server's "
+            f"target uses {server_fingerprint!r}; export the draft with the target's tokenizer"
+        )
+        self.draft_fingerprint = draft_fingerprint
+        self.server_fingerprint = server_fingerprint
+
+
+class ServerError(EdgespecError):
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class InvalidRequestError(ServerError):
+    pass
+
+
+class SessionStateError(ServerError):
+    pass
+
+
+class CapacityError(ServerError):
+    pass
+
+
+class InternalServerError(ServerError):
+    pass
+
+
+_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidRequestError,
+    grpc.StatusCode.FAILED_PRECONDITION: SessionStateError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: CapacityError,
+}
+
+# Worth a new attempt (a new session resumed from the committed tokens): the stream or the
+# replica went away, or the server was momentarily full.
+RETRYABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+
+def from_rpc_error(error: grpc.RpcError) -> EdgespecError:
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else "") or str(error)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ConnectionFailedError(f"server unavailable: {details}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RequestTimeoutError(f"request timed out: {details}")
+    return _BY_CODE.get(code, InternalServerError)(code, details)
+
+
+def is_retryable(error: BaseException) -> bool:
+    if isinstance(error, (TimeoutError, ConnectionError)):
+        return True
+    return isinstance(error, grpc.RpcError) and error.code() in RETRYABLE_CODES

@@ -1,0 +1,140 @@
+"""Draft-side sampling: logits -> a distribution q -> a (possibly truncated) sparse q -> a token.
+
+Terms (notation of Leviathan et al. 2023: p = target, q = draft):
+
+- *processed distribution*: softmax(logits / temperature) after top-k and top-p filtering,
+  renormalised. Temperature 0 means greedy: the distribution is a point mass on the argmax.
+- *sparse q*: the processed distribution cut to its ``top_n`` most likely tokens and
+  renormalised (``SparseDist``). This is what the edge sends to the verifier.
+
+The rule that keeps exact sampling lossless: **the edge samples from exactly the
+distribution it sends**. ``sample`` therefore draws from a ``SparseDist``, never from the
+full distribution it was cut from.
+
+Numpy only: this module runs on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# A fixed salt keeps draft-side streams apart from other users of the same (seed, round).
+_ROUND_SALT = 0xED6E
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a token is chosen from logits. ``temperature == 0`` means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = no top-k filter
+    top_p: float = 1.0  # 1.0 = no nucleus filter
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0.0:  # NOTE: written this way so NaN is rejected too
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class SparseDist:
+    """A distribution over a subset of the vocabulary; tokens not listed have probability 0.
+
+    Entries are ordered by decreasing probability (ties by token id)."""
+
+    token_ids: np.ndarray  # [m] int32
+    probs: np.ndarray  # [m] float64, sums to 1
+
+    def __post_init__(self) -> None:
+        if self.token_ids.ndim != 1 or self.token_ids.shape != self.probs.shape or self.token_ids.size == 0:
+            raise ValueError(
+                f"SparseDist needs 1-D token_ids and probs of the same non-zero length, "
+                f"got {self.token_ids.shape} and {self.probs.shape}"
+            )
+
+    def prob_of(self, token_id: int) -> float:
+        hit = np.flatnonzero(self.token_ids == token_id)
+        return float(self.probs[hit[0]]) if hit.size else 0.0
+
+
+def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The processed distribution: temperature, then top-k, then top-p, renormalised.
+
+    logits: [V] any float dtype. Returns [V] float64 summing to 1. Greedy params give a point
+    mass on the argmax (the first one on ties, as ``np.argmax``).
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.ndim != 1 or logits.size == 0:
+        raise ValueError(f"logits must be a non-empty 1-D array [V], got shape {logits.shape}")
+    if np.isnan(logits).any():
+        raise ValueError("logits contain NaN; the draft model produced invalid output")
+    if not np.isfinite(logits.max()):
+        raise ValueError("logits have no finite maximum (all -inf, or +inf present)")
+    if params.is_greedy:
+        out = np.zeros_like(logits)
+        out[int(np.argmax(logits))] = 1.0
+        return out
+    # NOTE: subtracting the max before exp keeps every term in (0, 1]: no overflow, and the
+    # max itself contributes exp(0) = 1, so the sum cannot underflow to 0.
+    scaled = (logits - logits.max()) / params.temperature
+    weights = np.exp(scaled)
+    if 0 < params.top_k < weights.size:
+        # argpartition keeps exactly top_k entries even when values tie at the boundary.
+        drop = np.argpartition(-weights, params.top_k - 1)[params.top_k :]
+        weights[drop] = 0.0
+    probs = weights / weights.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        mass_before = np.cumsum(probs[order]) - probs[order]
+        # Keep a token while the mass above it is still short of top_p: the smallest prefix
+        # reaching top_p. The first token always has mass_before == 0 < top_p, so one survives.
+        # NOTE: the relative slack stops rounding (0.5 + 0.3 -> 0.7999999999999999) from
+        # admitting one extra token when a prefix reaches top_p exactly.
+        keep = order[mass_before < params.top_p * (1.0 - 1e-9)]
+        filtered = np.zeros_like(probs)
+        filtered[keep] = probs[keep]
+        probs = filtered / filtered.sum()
+    return probs
+
+
+def truncate_top_n(probs: np.ndarray, n: int) -> SparseDist:
+    """The ``n`` most likely tokens of ``probs`` [V], renormalised. ``n <= 0``: every nonzero entry."""
+    probs = np.asarray(probs, dtype=np.float64)
+    nonzero = np.flatnonzero(probs > 0.0)
+    if nonzero.size == 0:
+        raise ValueError("probs has no positive entry")
+    # Sort by decreasing probability, ties by token id (lexsort's last key is the primary one).
+    order = nonzero[np.lexsort((nonzero, -probs[nonzero]))]
+    if n > 0:
+        order = order[:n]
+    kept = probs[order]
+    return SparseDist(token_ids=order.astype(np.int32), probs=kept / kept.sum())
+
+
+def round_rng(seed: int, round_no: int) -> np.random.Generator:
+    """A generator determined by (seed, round): a retried round draws the same numbers."""
+    if seed < 0 or round_no < 0:
+        raise ValueError(f"seed and round_no must be >= 0, got seed={seed}, round_no={round_no}")
+    return np.random.default_rng([int(seed), int(round_no), _ROUND_SALT])
+
+
+def sample(dist: SparseDist, rng: np.random.Generator) -> int:
+    """One token drawn from exactly ``dist`` by inverting its CDF with one uniform draw."""
+    cdf = np.cumsum(dist.probs)
+    # NOTE: scale u by the total instead of assuming it is 1.0, so rounding in the sum can
+    # never push u past the last bucket; side="right" never lands on a zero-probability entry.
+    u = rng.random() * cdf[-1]
+    index = min(int(np.searchsorted(cdf, u, side="right")), cdf.size - 1)
+    return int(dist.token_ids[index])

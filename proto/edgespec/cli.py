@@ -1,0 +1,70 @@
+"""The ``edgespec`` command: a thin dispatcher to the subcommands.
+
+Each subcommand lives in the module that owns its concept and exposes two functions,
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
+subcommand runs, so an edge-only install (no torch, no Ray) can run ``edgespec generate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help, extra needed)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "serve": ("edgespec.cloud.serve_cli", "run the verifier on Ray Serve (gRPC proxy)", "cloud"),
+    "generate": ("edgespec.edge.cli", "generate text: ONNX draft on this device, target in the cloud", "edge"),
+    "export-draft": ("edgespec.cloud.export", "export a Hugging Face causal LM to an ONNX draft", "cloud"),
+    "train-demo": ("edgespec.cloud.demo.train", "train the demo tokenizer, target and draft", "cloud"),
+    "distill": ("edgespec.cloud.distill", "align a draft to a target by distillation", "cloud"),
+    "demo": ("edgespec.cloud.demo.run", "start Serve with the demo target and generate with the demo draft", "cloud"),
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgespec",
+        description="Speculative decoding across the edge and the cloud.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text, _) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        args = _build_parser().parse_args(argv)
+        if args.version:
+            from edgespec import __version__
+
+            print(__version__)
+            return 0
+        _build_parser().print_help()
+        return 0 if not argv else 2
+    name = argv[0]
+    module_name, help_text, extra = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        print(
+            f"edgespec {name}: {exc}. This command needs the '{extra}' extra: "
+            f"pip install 'edgespec[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+    parser = argparse.ArgumentParser(prog=f"edgespec {name}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
