@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+import ray  # noqa: F401  (fail early, with the CLI's "install the cloud extra" hint)
+
 from edgespec.cloud.app import DEFAULT_GRPC_PORT, init_ray, serve_verifier
 from edgespec.cloud.config import DeploymentOptions, VerifierConfig
 

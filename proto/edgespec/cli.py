@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# Packages that only some extras install: a missing one means the wrong extra, not a bug.
+OPTIONAL_DEPENDENCIES = {"torch", "transformers", "ray", "onnx", "onnxscript", "onnxruntime", "numpy", "tokenizers", "safetensors", "grpc_health", "yaml", "tqdm", "matplotlib"}
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edgespec",
@@ -50,12 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        print(
-            f"edgespec {name}: {exc}. This command needs the '{extra}' extra: "
-            f"pip install 'edgespec[{extra}]'",
-            file=sys.stderr,
-        )
-        return 2
+        missing = (exc.name or "").split(".")[0]
+        if missing in OPTIONAL_DEPENDENCIES:
+            print(
+                f"edgespec {name}: needs '{missing}', which comes with the '{extra}' extra: "
+                f"pip install 'edgespec[{extra}]'",
+                file=sys.stderr,
+            )
+            return 2
+        raise
     parser = argparse.ArgumentParser(prog=f"edgespec {name}", description=help_text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])

@@ -1,0 +1,93 @@
+"""cluster/: the `ray up` configs validate, and `serve deploy` of the Serve config works on a
+local fake multi-node cluster that autoscales GPU workers (the stand-in for a GPU cloud)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PROMPTS, free_port, reference_greedy
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("name", ["ray-cluster.yaml", "fake-cluster.yaml"])
+def test_cluster_configs_pass_rays_schema(name):
+    from ray.autoscaler._private.util import validate_config
+
+    validate_config(yaml.safe_load((ROOT / "cluster" / name).read_text()))
+
+
+@pytest.mark.parametrize("name", ["serve.yaml", "serve-local.yaml", "serve-fake-gpu.yaml"])
+def test_serve_configs_build_the_application(name, tiny_pair):
+    from ray.serve.schema import ServeDeploySchema
+
+    from edgespec.cloud.app import GRPC_SERVICER_FUNCTIONS, build
+
+    config = yaml.safe_load((ROOT / "cluster" / name).read_text())
+    ServeDeploySchema.model_validate(config)  # what `serve deploy` checks first
+    assert config["grpc_options"]["grpc_servicer_functions"] == GRPC_SERVICER_FUNCTIONS
+    (app,) = config["applications"]
+    args = {**app["args"], "model": str(tiny_pair.target_dir)}
+    assert build(args) is not None
+    with pytest.raises(ValueError, match="unknown verifier setting"):
+        build({**args, "max_batchsize": 3})
+
+
+def ray(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.slow
+def test_serve_deploy_on_fake_gpu_cluster(tiny_pair, target_model, tmp_path):
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    gcs, dashboard, grpc_port = free_port(), free_port(), free_port()
+    config = yaml.safe_load((ROOT / "cluster" / "serve-fake-gpu.yaml").read_text())
+    config["grpc_options"]["port"] = grpc_port
+    config["http_options"]["port"] = free_port()
+    config["applications"][0]["args"]["model"] = str(tiny_pair.target_dir)
+    rendered = tmp_path / "serve.yaml"
+    rendered.write_text(yaml.safe_dump(config))
+    cluster = yaml.safe_load((ROOT / "cluster" / "fake-cluster.yaml").read_text())
+    cluster["provider"]["gcs_address"] = f"127.0.0.1:{gcs}"  # fake workers join this head
+    cluster_file = tmp_path / "fake-cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump(cluster))
+    started = ray(
+        "start", "--head", "--num-cpus", "1", f"--port={gcs}", f"--dashboard-port={dashboard}",
+        f"--autoscaling-config={cluster_file}", env=env,
+    )
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        deploy = subprocess.run(
+            [str(BIN / "serve"), "deploy", "-a", f"http://127.0.0.1:{dashboard}", str(rendered)],
+            capture_output=True, text=True, timeout=120, env=env,
+        )
+        assert deploy.returncode == 0, deploy.stderr[-2000:]
+        deadline = time.monotonic() + 240
+        status = ""
+        while time.monotonic() < deadline:
+            status = subprocess.run(
+                [str(BIN / "serve"), "status", "-a", f"http://127.0.0.1:{dashboard}"],
+                capture_output=True, text=True, timeout=60, env=env,
+            ).stdout
+            if "status: RUNNING" in status:
+                break
+            time.sleep(3)
+        assert "status: RUNNING" in status, status
+        # Two replicas asking for a GPU each: the autoscaler had to add a second GPU worker.
+        assert "2.0/2.0 GPU" in ray("status", f"--address=127.0.0.1:{gcs}", env=env).stdout
+
+        from edgespec.edge.client import EdgeClient
+
+        with EdgeClient(f"127.0.0.1:{grpc_port}", tiny_pair.draft_dir) as client:
+            ids = client.encode(PROMPTS[3])
+            result = client.generate(ids, max_new_tokens=16, k=3, stop_token_ids=())
+        assert result.token_ids == reference_greedy(target_model, ids, 16)
+    finally:
+        ray("stop", "--force", env=env)
