@@ -56,8 +56,11 @@ def grpc_options(port: int = DEFAULT_GRPC_PORT, request_timeout_s: float | None 
     return {"port": port, "grpc_servicer_functions": GRPC_SERVICER_FUNCTIONS, "request_timeout_s": request_timeout_s}
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connects to ``address`` (or RAY_ADDRESS), else starts a fresh local Ray instance."""
+def init_ray(address: str | None = None, num_cpus: int | None = None, metrics_export_port: int | None = None) -> None:
+    """Connects to ``address`` (or RAY_ADDRESS), else starts a fresh local Ray instance.
+
+    ``metrics_export_port``: where a local instance serves Prometheus metrics (``/metrics``).
+    """
     import ray
 
     if ray.is_initialized():
@@ -68,7 +71,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address=address, logging_level=logging.WARNING)
     else:
         # "local" never attaches to a stale cluster left on this machine.
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            _metrics_export_port=metrics_export_port,
+        )
 
 
 def serve_verifier(

@@ -25,6 +25,7 @@ from ray import serve
 from edgespec import __version__
 from edgespec.cloud import codec
 from edgespec.cloud.config import VerifierConfig
+from edgespec.cloud.metrics import VerifierMetrics
 from edgespec.cloud.session import Finish, SessionError, SessionState, check_draft, precondition
 from edgespec.cloud.verifier import Verifier, VerifyItem
 from edgespec.v1 import speculative_pb2 as pb
@@ -44,6 +45,7 @@ class VerifierDeployment:
         self._verify_batch.set_max_batch_size(self.config.max_batch_size)
         self._verify_batch.set_batch_wait_timeout_s(self.config.batch_wait_timeout_s)
         self.active_sessions = 0
+        self.metrics = VerifierMetrics()
         log.info("edgespec verifier ready: %s", self.verifier.engine.describe())
 
     # ---- the speculative session -------------------------------------------------------
@@ -84,16 +86,17 @@ class VerifierDeployment:
                 else:
                     raise SessionError(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest: set open, draft or close")
         except SessionError as exc:
+            self.metrics.error(exc.code)
             raise self._fail(grpc_context, exc.code, exc.message) from None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("session %s failed", session_id)
+            self.metrics.error(grpc.StatusCode.INTERNAL)
             raise self._fail(grpc_context, grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; reopen the session to continue") from None
         finally:
             if session is not None:
-                self.active_sessions -= 1
-                session.kv = None
+                self._release(session)
 
     async def _round(self, session: SessionState, draft: pb.Draft):
         last = session.last_verdict
@@ -123,10 +126,17 @@ class VerifierDeployment:
             )
         self.active_sessions += 1
         try:
-            return await self._on_model_thread(self.verifier.start, request, generate=generate)
+            session = await self._on_model_thread(self.verifier.start, request, generate=generate)
         except BaseException:
             self.active_sessions -= 1
             raise
+        self.metrics.session_opened(generate, self.active_sessions)
+        return session
+
+    def _release(self, session: SessionState) -> None:
+        self.active_sessions -= 1
+        session.kv = None  # frees the session's KV cache
+        self.metrics.session_closed(self.active_sessions)
 
     # ---- cloud-only generation (the baseline) --------------------------------------------
 
@@ -142,16 +152,17 @@ class VerifierDeployment:
                     finish_reason=codec.FINISH_REASONS[verdict.finish],
                 )
         except SessionError as exc:
+            self.metrics.error(exc.code)
             raise self._fail(grpc_context, exc.code, exc.message) from None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("generate failed")
+            self.metrics.error(grpc.StatusCode.INTERNAL)
             raise self._fail(grpc_context, grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}") from None
         finally:
             if session is not None:
-                self.active_sessions -= 1
-                session.kv = None
+                self._release(session)
 
     # ---- unary calls ---------------------------------------------------------------------
 
@@ -182,7 +193,9 @@ class VerifierDeployment:
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
     async def _verify_batch(self, items: list[VerifyItem]):
-        return await self._on_model_thread(self.verifier.step, items)
+        verdicts = await self._on_model_thread(self.verifier.step, items)
+        self.metrics.record_batch(items, verdicts)
+        return verdicts
 
     async def _on_model_thread(self, fn, *args, **kwargs):
         loop = asyncio.get_running_loop()

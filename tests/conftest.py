@@ -52,13 +52,15 @@ class Server:
     address: str
     grpc_port: int
     pair: ModelPair
+    metrics_port: int
 
 
 def start_server(pair: ModelPair, **config_overrides) -> Server:
     from edgespec.cloud.app import init_ray, serve_verifier
     from edgespec.cloud.config import DeploymentOptions, VerifierConfig
 
-    init_ray(num_cpus=4)
+    metrics_port = free_port()
+    init_ray(num_cpus=4, metrics_export_port=metrics_port)
     port = free_port()
     config = VerifierConfig(model=str(pair.target_dir), device="cpu", **config_overrides)
     serve_verifier(
@@ -68,7 +70,7 @@ def start_server(pair: ModelPair, **config_overrides) -> Server:
         http_port=free_port(),
         timeout_s=SERVE_START_TIMEOUT_S,
     )
-    return Server(f"127.0.0.1:{port}", port, pair)
+    return Server(f"127.0.0.1:{port}", port, pair, metrics_port)
 
 
 def stop_server() -> None:

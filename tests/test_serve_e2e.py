@@ -149,3 +149,38 @@ def test_sessions_on_the_replica_survive_a_failing_neighbour(server, references)
     assert partial.finish_reason == "error" and len(partial.token_ids) >= 3
     thread.join(timeout=120)
     assert outcome["result"].token_ids == expected
+
+
+def test_prometheus_metrics_count_the_work(server):
+    """Drafted/accepted tokens, acceptance lengths, batch sizes and sessions reach /metrics."""
+    import re
+    import time
+    import urllib.request
+
+    with EdgeClient(server.address, server.pair.draft_dir) as client:
+        result = client.generate(PROMPTS[4], max_new_tokens=20, k=3, stop_token_ids=())
+    assert result.stats.rounds > 0
+    wanted = {
+        "edgespec_drafted_tokens_total",
+        "edgespec_accepted_tokens_total",
+        "edgespec_acceptance_length_bucket",
+        "edgespec_position_drafted_total",
+        "edgespec_verify_batch_size_bucket",
+        "edgespec_active_sessions",
+        "edgespec_generated_tokens_total",
+    }
+    deadline = time.monotonic() + 60  # Ray exports metrics every few seconds
+    found: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+        found = {}
+        for line in text.splitlines():
+            match = re.match(r"(?:ray_)?(edgespec_\w+?)(?:\{.*\})? ([0-9.e+-]+)$", line)
+            if match:
+                found[match.group(1)] = found.get(match.group(1), 0.0) + float(match.group(2))
+        if wanted <= set(found) and found["edgespec_drafted_tokens_total"] >= result.stats.drafted:
+            break
+        time.sleep(2)
+    assert wanted <= set(found), sorted(found)
+    assert found["edgespec_drafted_tokens_total"] >= result.stats.drafted
+    assert found["edgespec_accepted_tokens_total"] <= found["edgespec_drafted_tokens_total"]

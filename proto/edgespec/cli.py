@@ -19,6 +19,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train-demo": ("edgespec.cloud.demo.train", "train the demo tokenizer, target and draft", "cloud"),
     "distill": ("edgespec.cloud.distill", "align a draft to a target by distillation", "cloud"),
     "demo": ("edgespec.cloud.demo.run", "start Serve with the demo target and generate with the demo draft", "cloud"),
+    "bench": ("edgespec.cloud.bench.cli", "measure and tune a draft/target pair; `bench capacity` for server load", "cloud"),
+    "link": ("edgespec.cloud.link", "emulate a network link (delay, jitter, bandwidth, faults) as a TCP proxy", "cloud"),
+    "simulate": ("edgespec.cloud.simulate.cli", "simulate a fleet of devices and replicas (discrete events)", "cloud"),
 }
 
 
