@@ -20,6 +20,8 @@ class GenerationParams:
     stop_token_ids: None means the draft's end-of-sequence ids (from its manifest).
     top_n: exact mode sends q truncated to its top_n tokens (0 = all tokens with q > 0);
     the device samples from exactly what it sends.
+    draft_ahead: keep drafting while a block is in flight, assuming it will be accepted whole;
+    pays off on slow links and slow drafts (see docs/links.md), costs device compute otherwise.
     """
 
     max_new_tokens: int = 128
@@ -31,6 +33,7 @@ class GenerationParams:
     k: int | str = "auto"
     stop_token_ids: tuple[int, ...] | None = None
     top_n: int = 64
+    draft_ahead: bool = False
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

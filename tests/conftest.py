@@ -86,7 +86,9 @@ def stop_server() -> None:
 @pytest.fixture(scope="module")
 def server(tiny_pair) -> Server:
     """Ray + Serve + the verifier on the tiny target, started once per test module."""
-    srv = start_server(tiny_pair, max_sessions=16, max_batch_size=16)
+    # A short batch wait: the tiny target's forward is so quick that, without it, concurrent
+    # sessions on 2 loaded cores rarely overlap, and the padded batch path would go untested.
+    srv = start_server(tiny_pair, max_sessions=16, max_batch_size=16, batch_wait_timeout_s=0.01)
     yield srv
     stop_server()
 

@@ -184,3 +184,38 @@ def test_prometheus_metrics_count_the_work(server):
     assert wanted <= set(found), sorted(found)
     assert found["edgespec_drafted_tokens_total"] >= result.stats.drafted
     assert found["edgespec_accepted_tokens_total"] <= found["edgespec_drafted_tokens_total"]
+
+
+@pytest.mark.parametrize("mode", ["greedy", "exact"])
+def test_draft_ahead_keeps_the_output(server, references, mode):
+    """Drafting ahead changes when tokens are drafted, never which tokens are emitted."""
+    if mode == "greedy":
+        for prompt_ids, expected in list(references.items())[:6]:
+            with EdgeClient(server.address, server.pair.draft_dir) as client:
+                result = client.generate(list(prompt_ids), max_new_tokens=NEW_TOKENS, k=2, draft_ahead=True, stop_token_ids=())
+            assert result.token_ids == expected
+            assert result.stats.ahead_hits <= result.stats.rounds
+        return
+    params = dict(max_new_tokens=30, temperature=0.9, mode="exact", k=3, seed=5, stop_token_ids=())
+    with EdgeClient(server.address, server.pair.draft_dir) as client:
+        plain = client.generate(PROMPTS[0], **params)
+        ahead = client.generate(PROMPTS[0], **params, draft_ahead=True)
+    # Drafts reused from ahead come from the same per-round generator as fresh ones would.
+    assert ahead.token_ids == plain.token_ids
+
+
+def test_past_the_drafts_context_the_cloud_finishes(server, target_model, tmp_path):
+    """A draft that sees fewer positions than the target hands over to Generate, losslessly."""
+    import json
+    import shutil
+
+    short = tmp_path / "short-draft"
+    shutil.copytree(server.pair.draft_dir, short)
+    manifest = json.loads((short / "manifest.json").read_text())
+    manifest["max_positions"] = 40
+    (short / "manifest.json").write_text(json.dumps(manifest))
+    with EdgeClient(server.address, short) as client:
+        ids = client.encode(PROMPTS[0])
+        result = client.generate(ids, max_new_tokens=40, k=4, stop_token_ids=())
+    assert result.token_ids == reference_greedy(target_model, ids, 40)
+    assert result.stats.cloud_only_tokens > 0 and result.stats.rounds > 0
