@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator
@@ -31,6 +32,15 @@ from edgespec.cloud.verifier import Verifier, VerifyItem
 from edgespec.v1 import speculative_pb2 as pb
 
 log = logging.getLogger("ray.serve")
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 DEPLOYMENT_NAME = "Verifier"
 
@@ -177,6 +187,10 @@ class VerifierDeployment:
             modes=list(codec.MODE_NUMBERS.values()),
             max_new_tokens=limits.max_new_tokens,
             version=__version__,
+            target_params=self.verifier.engine.params,
+            kv_bytes_per_token=self.verifier.engine.kv_bytes_per_token(),
+            replica_rss_bytes=resident_bytes(),
+            active_sessions=self.active_sessions,
         )
 
     async def Check(self, request: health_pb2.HealthCheckRequest, grpc_context=None) -> health_pb2.HealthCheckResponse:

@@ -73,6 +73,7 @@ class TargetEngine:
         ).to(self.device)
         self.model.eval()
         self.load_s = time.perf_counter() - started
+        self.params = sum(p.numel() for p in self.model.parameters())
         model_config = self.model.config.get_text_config(decoder=True)
         # The logits' width: ids below it are valid inputs even if the tokenizer is smaller.
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
@@ -190,6 +191,6 @@ class TargetEngine:
             "device": str(self.device),
             "vocab_size": self.vocab_size,
             "max_context": self.max_context,
-            "params": sum(p.numel() for p in self.model.parameters()),
+            "params": self.params,
             "load_s": round(self.load_s, 2),
         }

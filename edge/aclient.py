@@ -86,6 +86,10 @@ class AsyncEdgeClient:
                 max_new_tokens=reply.max_new_tokens,
                 modes=tuple(MODE_NAMES.get(m, str(m)) for m in reply.modes),
                 version=reply.version,
+                target_params=reply.target_params,
+                kv_bytes_per_token=reply.kv_bytes_per_token,
+                replica_rss_bytes=reply.replica_rss_bytes,
+                active_sessions=reply.active_sessions,
             )
             if info.tokenizer_fingerprint != self.draft.manifest.tokenizer_fingerprint:
                 raise TokenizerMismatchError(self.draft.manifest.tokenizer_fingerprint, info.tokenizer_fingerprint)
@@ -212,4 +216,5 @@ class AsyncTextStream:
             prompt_ids=self._prompt_ids,
             finish_reason=finish_reason,
             stats=run.stats,
+            rounds=list(run.rounds),
         )

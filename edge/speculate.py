@@ -34,7 +34,7 @@ from edgespec.edge.errors import RequestTimeoutError, from_rpc_error, is_retryab
 from edgespec.edge.policy import make_policy
 from edgespec.edge.sampling import SamplingParams, round_rng
 from edgespec.edge.stats import RequestStats
-from edgespec.edge.types import GenerationParams, ServerInfo
+from edgespec.edge.types import GenerationParams, RoundRecord, ServerInfo
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
@@ -80,6 +80,7 @@ class SpeculativeRun:
         self.generated: list[int] = []
         self.finish_reason = ""
         self.stats = RequestStats()
+        self.rounds: list[RoundRecord] = []
         self.round_no = 0
         self.policy = make_policy(params.k, k_max=info.max_k)
         self.sampling = None
@@ -190,6 +191,9 @@ class SpeculativeRun:
             self.committed.extend(new_tokens)
             self.generated.extend(new_tokens)
             self.stats.record_round(k, n, len(new_tokens), batch_size=verdict.batch_size)
+            self.rounds.append(
+                RoundRecord(k, tuple(proposal.tokens), n, token, (t1 - t0) * 1000, (t2 - t1) * 1000, verdict.batch_size)
+            )
             self.stats.draft_s += t1 - t0
             self.stats.wait_s += t2 - t1
             self.policy.update(k, n, draft_ms=(t1 - t0) * 1000 if prefilled else None, wait_ms=(t2 - t1) * 1000)

@@ -68,6 +68,23 @@ class ServerInfo:
     max_new_tokens: int
     modes: tuple[str, ...]
     version: str
+    target_params: int = 0
+    kv_bytes_per_token: int = 0
+    replica_rss_bytes: int = 0
+    active_sessions: int = 0
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One verification round as the device saw it (for diagnosis and benchmarks)."""
+
+    k: int
+    drafts: tuple[int, ...]
+    accepted: int
+    next_token: int
+    draft_ms: float
+    wait_ms: float
+    batch_size: int
 
 
 @dataclass
@@ -79,6 +96,7 @@ class Result:
     prompt_ids: list[int]
     finish_reason: str
     stats: RequestStats = field(default_factory=RequestStats)
+    rounds: list[RoundRecord] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {

@@ -1,0 +1,1 @@
+"""Benchmarks: the tuning workflow (`edgespec bench`) and server capacity (`edgespec bench capacity`)."""

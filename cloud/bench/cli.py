@@ -1,0 +1,96 @@
+"""``edgespec bench``: measure and tune a draft/target pair through the real Serve gRPC path.
+
+    edgespec bench --target DIR --draft DIR --prompts FILE [--held-out FILE] [--out DIR]
+    edgespec bench capacity --target DIR --draft DIR --prompts FILE --sessions 1,4,16,32
+    edgespec bench links --target DIR --draft DIR --prompts FILE --profiles loopback,wifi,4g
+
+Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
+an existing deployment is measured (its target must be the one --target names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links"),
+                        help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network profile")
+    parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
+    parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
+    parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text)")
+    parser.add_argument("--held-out", type=Path, default=None, help="held-out prompts, never used for tuning")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default runs/bench-<what>-<time>)")
+    parser.add_argument("--server", default=None, help="measure an existing deployment at HOST:PORT")
+    parser.add_argument("--prompt-limit", type=int, default=8, help="prompts per setting")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--k-values", default="1,2,3,4,5,6,7,8")
+    parser.add_argument("--baseline-k", type=int, default=4)
+    parser.add_argument("--sessions", default="1,4,16,32", help="capacity: concurrent session counts")
+    parser.add_argument("--k", default="4", help="capacity/links: k (a number or auto)")
+    parser.add_argument("--link", default=None, help="report: run every measurement through this link profile")
+    parser.add_argument("--profiles", default="loopback,lan,wifi,5g,4g,satellite", help="links: profiles to compare")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    try:
+        from edgespec.cloud.bench.harness import load_prompts
+
+        prompts = load_prompts(args.prompts, args.prompt_limit)
+        held_out = load_prompts(args.held_out, args.prompt_limit) if args.held_out else []
+        for name, path in (("target", args.target / "config.json"), ("draft", args.draft / "manifest.json")):
+            if not path.is_file():
+                raise FileNotFoundError(f"--{name}: {path} not found")
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"edgespec bench: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or REPO / "runs" / f"bench-{args.what}-{time.strftime('%Y%m%d-%H%M%S')}"
+    progress = lambda message: print(message, flush=True)  # noqa: E731
+    if args.what == "capacity":
+        return _capacity(args, prompts, out, progress)
+    if args.what == "links":
+        from edgespec.cloud.bench.links import run_links
+
+        return run_links(args, prompts, out, progress)
+    from edgespec.cloud.bench.report import summary_lines, write_report
+    from edgespec.cloud.bench.workflow import BenchConfig, run_bench
+
+    config = BenchConfig(
+        target=args.target, draft=args.draft, prompts=prompts, held_out=held_out, out=out, server=args.server,
+        max_new_tokens=args.max_new_tokens, k_values=tuple(int(k) for k in args.k_values.split(",")),
+        baseline_k=args.baseline_k, seed=args.seed, link=args.link,
+    )
+    started = time.perf_counter()
+    report = run_bench(config, progress)
+    paths = write_report(report, out)
+    from dataclasses import asdict
+
+    print(f"\nbench finished in {time.perf_counter() - started:.0f}s; report in {out}:")
+    for path in paths:
+        print(f"  {path}")
+    print()
+    for line in summary_lines(asdict(report)):
+        print(f"  {line}")
+    return 0
+
+
+def _capacity(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.capacity import run_capacity, write_capacity
+    from edgespec.cloud.bench.harness import Harness
+
+    counts = [int(n) for n in args.sessions.split(",")]
+    params = dict(max_new_tokens=args.max_new_tokens, k=args.k, stop_token_ids=(), seed=args.seed)
+    with Harness(args.target, args.draft, server=args.server, progress=progress, max_sessions=max(counts) + 8) as harness:
+        harness.warm_up(prompts[0])
+        rows = run_capacity(harness.server, args.draft, prompts, counts, params, progress)
+    paths = write_capacity(rows, out, f"{args.target.name} + {args.draft.name}, k={args.k}, {args.max_new_tokens} tokens")
+    print(f"\ncapacity report in {out}: " + ", ".join(p.name for p in paths))
+    return 0

@@ -1,0 +1,185 @@
+"""Running measurements through the real Serve gRPC path.
+
+``Harness`` starts Ray and Serve with the target on this machine (or connects to a running
+deployment with ``server=``) and runs prompts through an EdgeClient with the ONNX draft. Every
+comparison alternates its arms prompt by prompt (and flips which arm goes first), so both see
+the same machine load: the figures are ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from edgespec.edge.client import EdgeClient
+from edgespec.edge.types import Result
+
+
+def load_prompts(path: str | Path, limit: int | None = None) -> list[str]:
+    """Prompts from a JSONL file (``prompt`` or ``text`` field) or a text file (blank-line separated)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file {path} not found")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        prompts = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                record = json.loads(line)
+                prompt = record.get("prompt") or record.get("text")
+                if not prompt:
+                    raise ValueError(f"{path}:{number}: a record needs a 'prompt' or 'text' field")
+                prompts.append(prompt)
+    else:
+        prompts = [block for block in text.split("\n\n") if block.strip()]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts")
+    return prompts[:limit] if limit else prompts
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Summary:
+    """Aggregate of several generations with the same settings."""
+
+    generations: int
+    tokens: int
+    ms_per_token: float
+    tau: float
+    acceptance_rate: float
+    acceptance_by_position: list[float]
+    draft_ms_per_token: float
+    wait_ms_per_round: float
+    bytes_per_round: float
+    mean_k: float
+    rounds: int
+    batch_size_mean: float
+
+    @classmethod
+    def of(cls, results: list[Result]) -> "Summary":
+        stats = [r.stats for r in results]
+        tokens = sum(s.generated for s in stats)
+        rounds = sum(s.rounds for s in stats)
+        drafted = sum(s.drafted for s in stats)
+        accepted = sum(s.accepted for s in stats)
+        positions = max((len(s.drafted_at) for s in stats), default=0)
+        by_position = []
+        for i in range(positions):
+            sent = sum(s.drafted_at[i] for s in stats if i < len(s.drafted_at))
+            ok = sum(s.accepted_at[i] for s in stats if i < len(s.accepted_at))
+            by_position.append(ok / sent if sent else 0.0)
+        batches = [b for s in stats for b in s.server_batch_sizes]
+        return cls(
+            generations=len(results),
+            tokens=tokens,
+            ms_per_token=1000.0 * sum(s.wall_s for s in stats) / tokens if tokens else 0.0,
+            tau=(accepted + rounds) / rounds if rounds else 1.0,
+            acceptance_rate=accepted / drafted if drafted else 0.0,
+            acceptance_by_position=by_position,
+            draft_ms_per_token=1000.0 * sum(s.draft_s for s in stats) / drafted if drafted else 0.0,
+            wait_ms_per_round=1000.0 * sum(s.wait_s for s in stats) / rounds if rounds else 0.0,
+            bytes_per_round=sum(s.bytes_sent + s.bytes_received for s in stats) / rounds if rounds else 0.0,
+            mean_k=drafted / rounds if rounds else 0.0,
+            rounds=rounds,
+            batch_size_mean=statistics.mean(batches) if batches else 0.0,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Harness:
+    """A target served by Ray Serve and a client with the ONNX draft, for measurements."""
+
+    def __init__(
+        self,
+        target: Path,
+        draft: Path,
+        *,
+        server: str | None = None,
+        progress: Callable[[str], None] = print,
+        torch_threads: int = 1,
+        draft_threads: int = 1,
+        max_sessions: int = 64,
+    ):
+        self.target, self.draft, self.progress = Path(target), Path(draft), progress
+        self.started_serve = server is None
+        if server is None:
+            server = self._start_serve(torch_threads, max_sessions)
+        self.server = server
+        self.draft_threads = draft_threads
+        self.client = EdgeClient(server, draft, draft_threads=draft_threads, timeout=120)
+        self.info = self.client.info()
+
+    def _start_serve(self, torch_threads: int, max_sessions: int) -> str:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        from edgespec.cloud.app import init_ray, serve_verifier
+        from edgespec.cloud.config import DeploymentOptions, VerifierConfig
+
+        self.progress(f"starting Ray Serve with {self.target} (CPU, {torch_threads} torch thread(s)) ...")
+        started = time.perf_counter()
+        init_ray(num_cpus=max(2, os.cpu_count() or 2))
+        port = free_port()
+        config = VerifierConfig(
+            model=str(self.target), device="cpu", torch_threads=torch_threads, max_sessions=max_sessions,
+            max_batch_size=max_sessions, max_new_tokens=8192,
+        )
+        serve_verifier(config, DeploymentOptions(num_cpus=1), grpc_port=port, http_port=free_port(), timeout_s=600)
+        self.progress(f"serving on 127.0.0.1:{port} after {time.perf_counter() - started:.0f}s")
+        return f"127.0.0.1:{port}"
+
+    def close(self) -> None:
+        self.client.close()
+        if self.started_serve:
+            from ray import serve
+
+            serve.shutdown()
+
+    def __enter__(self) -> "Harness":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def warm_up(self, prompt: str) -> None:
+        self.client.generate(prompt, max_new_tokens=16, k=4)
+        self.client.generate_cloud(prompt, max_new_tokens=16)
+
+    def speculative(self, prompt: str, params: dict) -> Result:
+        return self.client.generate(prompt, **params)
+
+    def cloud_only(self, prompt: str, params: dict) -> Result:
+        cloud_params = {k: v for k, v in params.items() if k not in ("k", "mode", "top_n", "draft_ahead")}
+        return self.client.generate_cloud(prompt, **cloud_params)
+
+    def compare(self, prompts: list[str], params: dict, label: str = "") -> tuple[list[Result], list[Result]]:
+        """Speculative vs cloud-only on the same prompts and seeds, alternating arm order."""
+        spec, cloud = [], []
+        for i, prompt in enumerate(prompts):
+            if i % 2 == 0:
+                spec.append(self.speculative(prompt, params))
+                cloud.append(self.cloud_only(prompt, params))
+            else:
+                cloud.append(self.cloud_only(prompt, params))
+                spec.append(self.speculative(prompt, params))
+            self.progress(f"  {label} prompt {i + 1}/{len(prompts)}")
+        return spec, cloud
+
+    def run(self, prompts: list[str], params: dict, label: str = "") -> list[Result]:
+        out = []
+        for i, prompt in enumerate(prompts):
+            out.append(self.speculative(prompt, params))
+            self.progress(f"  {label} prompt {i + 1}/{len(prompts)}")
+        return out

@@ -1,0 +1,196 @@
+"""Next-token pretraining of a demo model on a flat token file, under a budget, resumably.
+
+Used for both the target and the draft. Layout of ``out_dir``::
+
+    checkpoint/    latest resumable state (HF dir + optimizer.pt + trainer_state.json)
+    final/         the trained model with its tokenizer, written when the budget is spent
+    train.log      one line per log interval / evaluation
+    metrics.jsonl  the same figures as JSON
+
+Batches are drawn from a generator seeded by (seed, step), so a resumed run sees exactly the
+batches an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+from transformers import LlamaForCausalLM
+from transformers.utils import logging as hf_logging
+
+from edgespec.cloud.demo.models import ModelShape, param_count
+from edgespec.cloud.token_data import TokenStream
+from edgespec.cloud.training import (
+    Budget,
+    LRSchedule,
+    checkpoint_exists,
+    configure_threads,
+    load_trainer_state,
+    save_checkpoint,
+    set_lr,
+)
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    data_dir: Path
+    out_dir: Path
+    shape: ModelShape
+    budget: Budget
+    seq_len: int = 512
+    batch_size: int = 4
+    schedule: LRSchedule = field(default_factory=lambda: LRSchedule(peak=2e-3, warmup_tokens=400_000))
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    checkpoint_minutes: float = 10.0
+    log_minutes: float = 2.0
+    eval_windows: int = 48
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+        for name in ("seq_len", "batch_size", "eval_windows", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seq_len > self.shape.max_positions:
+            raise ValueError(f"seq_len ({self.seq_len}) exceeds shape.max_positions ({self.shape.max_positions})")
+        for name in ("checkpoint_minutes", "log_minutes", "grad_clip"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+
+
+class _Log:
+    def __init__(self, out_dir: Path) -> None:
+        self.text = (out_dir / "train.log").open("a", buffering=1)
+        self.jsonl = (out_dir / "metrics.jsonl").open("a", buffering=1)
+
+    def __call__(self, message: str, **metrics) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}"
+        self.text.write(line + "\n")
+        tqdm.write(line, file=sys.stderr)
+        if metrics:
+            self.jsonl.write(json.dumps({"time": time.time(), **metrics}) + "\n")
+
+
+def lm_loss(model, windows: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) over [batch, length] windows."""
+    logits = model(input_ids=windows[:, :-1]).logits
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), windows[:, 1:].reshape(-1))
+
+
+@torch.no_grad()
+def evaluate_loss(model, windows: torch.Tensor, batch_size: int = 4) -> float:
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, windows.size(0), batch_size):
+        chunk = windows[i : i + batch_size]
+        total += lm_loss(model, chunk).item() * chunk.size(0)
+    model.train(was_training)
+    return total / windows.size(0)
+
+
+def _optimizer(model, config: PretrainConfig) -> torch.optim.AdamW:
+    # No weight decay on norms (1-D); embeddings/head are decayed like other matrices.
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.schedule.peak, betas=(0.9, 0.95), eps=1e-8)
+
+
+def _load_or_init(config: PretrainConfig, vocab_size: int, log: _Log):
+    ckpt = config.out_dir / "checkpoint"
+    if checkpoint_exists(ckpt):
+        model = LlamaForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32)
+        optimizer = _optimizer(model, config)
+        state = load_trainer_state(ckpt, optimizer)
+        log(f"resumed from {ckpt}: step {state['step']}, {state['tokens']:,} tokens, {state['elapsed_s'] / 60:.1f} min")
+        return model, optimizer, state
+    torch.manual_seed(config.seed)
+    model = LlamaForCausalLM(config.shape.llama_config(vocab_size))
+    return model, _optimizer(model, config), {"step": 0, "tokens": 0, "elapsed_s": 0.0, "evals": []}
+
+
+def pretrain(config: PretrainConfig) -> dict:
+    """Trains until the budget is spent (resuming any checkpoint); returns the final trainer state."""
+    configure_threads(config.threads)
+    hf_logging.disable_progress_bar()
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    log = _Log(config.out_dir)
+    tokenizer_dir = config.data_dir / "tokenizer"
+    train = TokenStream.from_bin(config.data_dir / "train.bin")
+    val_windows = TokenStream.from_bin(config.data_dir / "validation.bin").fixed_windows(config.eval_windows, config.seq_len + 1)
+    vocab_size = int(json.loads((config.data_dir / "manifest.json").read_text())["vocab_size"])
+
+    model, optimizer, state = _load_or_init(config, vocab_size, log)
+    final = config.out_dir / "final"
+    if config.budget.progress(state["tokens"], state["elapsed_s"]) >= 1.0 and checkpoint_exists(final):
+        log(f"budget already spent ({state['tokens']:,} tokens); {final} is up to date")
+        return state
+    log(f"config {json.dumps(asdict(config), default=str)}")
+    log(f"model {config.shape} params {param_count(model):,}; train tokens {len(train):,}")
+    model.train()
+
+    def checkpoint() -> None:
+        if not state["evals"] or state["evals"][-1]["step"] != state["step"]:
+            val = evaluate_loss(model, val_windows)
+            state["evals"].append({"step": state["step"], "tokens": state["tokens"], "val_loss": val})
+            log(f"eval step {state['step']} tokens {state['tokens']:,} val_loss {val:.4f}",
+                kind="eval", step=state["step"], tokens=state["tokens"], val_loss=val, elapsed_s=state["elapsed_s"])
+        save_checkpoint(config.out_dir / "checkpoint", model, optimizer, state, tokenizer_dir)
+
+    started = time.time()
+    base_elapsed = state["elapsed_s"]
+    last_ckpt = last_log = time.time()
+    losses: list[float] = []
+    bar = tqdm(total=1000, desc="pretrain (per-mille of budget)", file=sys.stderr, mininterval=60)
+    while True:
+        state["elapsed_s"] = base_elapsed + time.time() - started
+        progress = config.budget.progress(state["tokens"], state["elapsed_s"])
+        bar.update(int(progress * 1000) - bar.n)
+        if progress >= 1.0:
+            break
+        # 1. LR from the budget, batch from (seed, step)
+        lr = config.schedule.lr(state["tokens"], progress)
+        set_lr(optimizer, lr)
+        gen = torch.Generator().manual_seed(config.seed * 1_000_003 + state["step"])
+        batch = train.random_windows(config.batch_size, config.seq_len + 1, gen)
+        # 2. one optimizer step
+        loss = lm_loss(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["tokens"] += config.batch_size * config.seq_len
+        losses.append(loss.item())
+        # 3. log, evaluate + checkpoint on wall-clock intervals
+        now = time.time()
+        if now - last_log >= 60 * config.log_minutes:
+            mean = sum(losses) / len(losses)
+            rate = config.batch_size * config.seq_len * len(losses) / (now - last_log)
+            log(f"step {state['step']} tokens {state['tokens']:,} train_loss {mean:.4f} lr {lr:.2e} "
+                f"{rate:.0f} tok/s progress {progress:.3f}",
+                kind="train", step=state["step"], tokens=state["tokens"], train_loss=mean, lr=lr, tok_s=rate,
+                elapsed_s=state["elapsed_s"])
+            losses, last_log = [], now
+        if now - last_ckpt >= 60 * config.checkpoint_minutes:
+            checkpoint()
+            last_ckpt = time.time()
+    bar.close()
+    checkpoint()
+    save_checkpoint(final, model, None, state, tokenizer_dir)
+    log(f"done: {state['tokens']:,} tokens in {state['elapsed_s'] / 60:.1f} min -> {final}")
+    return state

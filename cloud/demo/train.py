@@ -1,0 +1,246 @@
+"""``edgespec train-demo``: the whole reproducible pipeline that builds the demo pair.
+
+Stages, in order (``--stages`` picks a subset; ``--resume`` continues any stage that left a
+checkpoint and skips stages whose output exists):
+
+  data     split the stdlib by file, train the BPE tokenizer, encode, cut prompts
+  target   pretrain the deep narrow target (hours of CPU: the one to start early)
+  draft    pretrain the one-layer draft on the same tokens
+  distill  align the draft to the target (KL(p||q), see edgespec.cloud.distill)
+  eval     losses, alpha, greedy agreement, simulated acceptance length on held-out data
+  export   the ONNX draft via edgespec.cloud.export.export_draft, when that module exists
+  ship     copy the small artefacts (fp16 target, draft HF dir, metrics) into --ship
+
+Layout under ``--out``: data/, target/, draft/, distill/, eval/metrics.json, onnx/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgespec.cloud.demo.models import DRAFT_SHAPE, TARGET_SHAPES
+from edgespec.cloud.training import Budget, LRSchedule, checkpoint_exists
+
+INVOCATIONS = "train_demo_invocations.jsonl"
+STAGES = ("data", "target", "draft", "distill", "eval", "export", "ship")
+
+
+@dataclass(frozen=True)
+class TrainDemoConfig:
+    out: Path = Path("runs/demo")
+    ship: Path = Path("models/demo")
+    prompts: Path = Path("prompts")
+    stages: tuple[str, ...] = STAGES
+    resume: bool = False
+    threads: int = 1
+    seed: int = 0
+    target_shape: str = "12x192"
+    target_minutes: float = 210.0
+    target_tokens: int = 12_000_000
+    target_lr: float = 2e-3
+    draft_minutes: float = 20.0
+    draft_tokens: int = 12_000_000
+    draft_lr: float = 3e-3
+    distill_minutes: float = 60.0
+    distill_temperature: float = 1.0
+    distill_generated_fraction: float = 0.5
+    eval_prompts: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("out", "ship", "prompts"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown or not self.stages:
+            raise ValueError(f"stages must be a non-empty subset of {','.join(STAGES)}, got {','.join(self.stages)}")
+        if self.target_shape not in TARGET_SHAPES:
+            raise ValueError(f"target_shape must be one of {sorted(TARGET_SHAPES)}, got {self.target_shape!r}")
+        for name in ("threads", "eval_prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("target_minutes", "draft_minutes", "distill_minutes", "target_tokens", "draft_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.distill_generated_fraction <= 1:
+            raise ValueError(f"distill_generated_fraction must be in [0, 1], got {self.distill_generated_fraction}")
+
+    @property
+    def data_dir(self) -> Path:
+        return self.out / "data"
+
+
+def _banner(stage: str) -> None:
+    print(f"\n=== train-demo: {stage} ({time.strftime('%H:%M:%S')}) ===", flush=True)
+
+
+def _guard_fresh(path: Path, config: TrainDemoConfig) -> None:
+    if checkpoint_exists(path) and not config.resume:
+        raise SystemExit(f"{path} already holds a checkpoint: pass --resume to continue it, or choose another --out")
+
+
+def stage_data(config: TrainDemoConfig) -> None:
+    from edgespec.cloud.demo.data import DataConfig, copy_prompts, is_prepared, prepare_data
+
+    if is_prepared(config.data_dir) and config.resume:
+        print(f"data: {config.data_dir} is prepared; reusing it")
+    else:
+        prepare_data(DataConfig(config.data_dir))
+    copy_prompts(config.data_dir, config.prompts)
+    print(f"data: prompts and split manifest copied to {config.prompts}/")
+
+
+def _pretrain(config: TrainDemoConfig, name: str, shape, minutes: float, tokens: int, lr: float) -> None:
+    from edgespec.cloud.demo.pretrain import PretrainConfig, pretrain
+
+    out = config.out / name
+    _guard_fresh(out / "checkpoint", config)
+    pretrain(
+        PretrainConfig(
+            data_dir=config.data_dir,
+            out_dir=out,
+            shape=shape,
+            budget=Budget(tokens=tokens, minutes=minutes),
+            schedule=LRSchedule(peak=lr, warmup_tokens=400_000),
+            seed=config.seed,
+            threads=config.threads,
+        )
+    )
+
+
+def stage_target(config: TrainDemoConfig) -> None:
+    shape = TARGET_SHAPES[config.target_shape]
+    _pretrain(config, "target", shape, config.target_minutes, config.target_tokens, config.target_lr)
+
+
+def stage_draft(config: TrainDemoConfig) -> None:
+    _pretrain(config, "draft", DRAFT_SHAPE, config.draft_minutes, config.draft_tokens, config.draft_lr)
+
+
+def stage_distill(config: TrainDemoConfig) -> None:
+    from edgespec.cloud.distill import DistillConfig, distill
+
+    out = config.out / "distill"
+    _guard_fresh(out / "checkpoint", config)
+    report = distill(
+        DistillConfig(
+            target=config.out / "target" / "final",
+            draft=config.out / "draft" / "final",
+            data=config.data_dir / "train.bin",
+            validation=config.data_dir / "validation.bin",
+            out=out,
+            minutes=config.distill_minutes,
+            temperature=config.distill_temperature,
+            generated_fraction=config.distill_generated_fraction,
+            seed=config.seed,
+            threads=config.threads,
+            resume=config.resume,
+        )
+    )
+    print(f"distill: {report}")
+
+
+def stage_eval(config: TrainDemoConfig) -> None:
+    from edgespec.cloud.demo.evaluate import EvalConfig, evaluate_pair
+
+    out = config.out / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {}
+    for label, draft in (("pretrained", config.out / "draft" / "final"), ("distilled", config.out / "distill" / "final")):
+        if not checkpoint_exists(draft):
+            print(f"eval: {draft} missing; skipping the {label} draft")
+            continue
+        result = evaluate_pair(
+            EvalConfig(
+                target=config.out / "target" / "final",
+                draft=draft,
+                data_dir=config.data_dir,
+                prompts=config.data_dir / "heldout.jsonl",
+                max_prompts=config.eval_prompts,
+                threads=config.threads,
+            )
+        )
+        metrics[label] = asdict(result)
+        print(f"eval ({label} draft): {result.summary()}", flush=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+
+
+def stage_export(config: TrainDemoConfig) -> None:
+    draft_dir = config.ship / "draft-hf"
+    try:
+        from edgespec.cloud.export import export_draft
+    except ImportError as exc:
+        print(f"export: edgespec.cloud.export is not available ({exc}); once it is, run:\n"
+              f"  edgespec export-draft {draft_dir} {config.out / 'onnx'}  (or export_draft({str(draft_dir)!r}, {str(config.out / 'onnx')!r}))")
+        return
+    export_draft(draft_dir, config.out / "onnx", overwrite=True)
+    print(f"export: ONNX draft written to {config.out / 'onnx'}")
+
+
+def stage_ship(config: TrainDemoConfig) -> None:
+    from edgespec.cloud.demo.ship import ship
+
+    ship(config.out, config.ship)
+
+
+RUNNERS = {
+    "data": stage_data,
+    "target": stage_target,
+    "draft": stage_draft,
+    "distill": stage_distill,
+    "eval": stage_eval,
+    # ship before export so the exported draft is the shipped one
+    "ship": stage_ship,
+    "export": stage_export,
+}
+
+
+def train_demo(config: TrainDemoConfig) -> None:
+    (config.out).mkdir(parents=True, exist_ok=True)
+    # every invocation is recorded (stages are often run one at a time), for metrics.json
+    with (config.out / INVOCATIONS).open("a") as fh:
+        fh.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **asdict(config)}, default=str) + "\n")
+    for stage, runner in RUNNERS.items():
+        if stage in config.stages:
+            _banner(stage)
+            runner(config)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = TrainDemoConfig()
+    parser.add_argument("--out", type=Path, default=d.out, help="working directory for all stages (default %(default)s)")
+    parser.add_argument("--ship", type=Path, default=d.ship, help="where the small shipped artefacts go (default %(default)s)")
+    parser.add_argument("--prompts", type=Path, default=d.prompts, help="where prompt files are copied (default %(default)s)")
+    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: %(default)s")
+    parser.add_argument("--resume", action="store_true", help="continue checkpoints and reuse finished stages")
+    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads per stage (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--target-shape", choices=sorted(TARGET_SHAPES), default=d.target_shape)
+    parser.add_argument("--target-minutes", type=float, default=d.target_minutes, help="wall-clock budget (0: none)")
+    parser.add_argument("--target-tokens", type=int, default=d.target_tokens, help="token budget (0: none); the first budget reached ends the stage")
+    parser.add_argument("--target-lr", type=float, default=d.target_lr)
+    parser.add_argument("--draft-minutes", type=float, default=d.draft_minutes)
+    parser.add_argument("--draft-tokens", type=int, default=d.draft_tokens)
+    parser.add_argument("--draft-lr", type=float, default=d.draft_lr)
+    parser.add_argument("--distill-minutes", type=float, default=d.distill_minutes)
+    parser.add_argument("--distill-temperature", type=float, default=d.distill_temperature)
+    parser.add_argument("--distill-generated-fraction", type=float, default=d.distill_generated_fraction,
+                        help="share of distillation batches that are target-generated continuations")
+    parser.add_argument("--eval-prompts", type=int, default=d.eval_prompts)
+
+
+def run(args: argparse.Namespace) -> int:
+    values = {k: v for k, v in vars(args).items() if k in TrainDemoConfig.__dataclass_fields__}
+    values["stages"] = tuple(s.strip() for s in args.stages.split(",") if s.strip())
+    train_demo(TrainDemoConfig(**values))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m edgespec.cloud.demo.train")
+    add_arguments(p)
+    sys.exit(run(p.parse_args()))

@@ -1,0 +1,213 @@
+"""What the simulator needs to know about a draft/target pair and its servers, loadable from JSON.
+
+Every number here comes from a measurement (``edgespec bench``, ``scripts/bench_verify.py``,
+the server's Prometheus metrics) or is a placeholder. ``Calibration.default()`` is entirely
+placeholder: plausible for a mid-size target on one GPU and a ~7M-parameter ONNX draft, and
+marked as such in its ``source`` field, which every result carries.
+
+JSON schema (all times in milliseconds, all sizes in bytes; omitted keys take the defaults)::
+
+    {
+      "source": "free text: where these numbers come from",
+      "draft_ms_per_token": 1.3,        # device: one draft forward (ONNX Runtime)
+      "draft_cv": 0.1,                  # coefficient of variation of a round's drafting time
+      "acceptance": [0.8, 0.74, 0.7],   # per position i: P(accept i | all before i accepted);
+                                        # positions past the end repeat the last value
+      "verify": {"a_ms": 20.0, "b_ms": 0.5, "c_ms": 0.08},
+                # replica time of one batched forward + accept rule:
+                #   a_ms + b_ms * batch + c_ms * batch * tokens_per_row
+                # or a measured table, bilinear in (batch, tokens per row), extrapolated
+                # linearly past its edges:
+                # {"batch": [1, 8, 32], "tokens_per_row": [1, 5, 9], "ms": [[...], [...], [...]]}
+      "round_overhead_ms": 2.9,         # per speculative round outside the forward (Serve's
+                                        # gRPC proxy carrying Draft in and Verdict out)
+      "stream_overhead_ms": 1.0,        # per Generate token between decode steps (proxy, yield)
+      "prefill_ms": 10.0,               # opening a session (prompt prefill), both paths
+      "up_bytes_base": 40,              # Draft message framing (HTTP/2 + gRPC + protobuf)
+      "up_bytes_per_draft": 3,          # per draft token (varint ids; far more with exact-mode q)
+      "down_bytes_per_round": 40,       # Verdict message
+      "open_bytes": 400,                # Open / GenerateRequest (prompt ids)
+      "down_bytes_per_token": 30        # one Generate response message
+    }
+
+Terms: a **row** is one session's block in a batch; **tokens per row** is k + 1 for a
+speculative round (pending token + k drafts) and 1 for a cloud-only decode step; rows in a
+batch are padded to the longest, so a batch costs its longest row.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class VerifyModel:
+    """Replica milliseconds for one batched forward: linear, or a measured table when one is given.
+
+    Attributes:
+        a_ms, b_ms, c_ms: ``a_ms + b_ms * batch + c_ms * batch * tokens_per_row``.
+        batch, tokens_per_row: the table's axes (strictly increasing, >= 1).
+        ms: ``ms[i][j]`` for ``batch[i]`` rows of ``tokens_per_row[j]`` tokens.
+    """
+
+    a_ms: float = 20.0
+    b_ms: float = 0.5
+    c_ms: float = 0.08
+    batch: tuple[int, ...] = ()
+    tokens_per_row: tuple[int, ...] = ()
+    ms: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("a_ms", "b_ms", "c_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"verify.{name} must be >= 0, got {getattr(self, name)}")
+        object.__setattr__(self, "batch", tuple(int(b) for b in self.batch))
+        object.__setattr__(self, "tokens_per_row", tuple(int(t) for t in self.tokens_per_row))
+        object.__setattr__(self, "ms", tuple(tuple(float(v) for v in row) for row in self.ms))
+        if not (self.batch or self.tokens_per_row or self.ms):
+            if self.a_ms + self.b_ms + self.c_ms <= 0:
+                raise ValueError("verify: a_ms + b_ms + c_ms must be > 0 (a forward takes time)")
+            return
+        for name in ("batch", "tokens_per_row"):
+            axis = getattr(self, name)
+            if not axis or axis[0] < 1 or any(b <= a for a, b in zip(axis, axis[1:])):
+                raise ValueError(f"verify.{name} must be a strictly increasing list of integers >= 1, got {list(axis)}")
+        if len(self.ms) != len(self.batch) or any(len(row) != len(self.tokens_per_row) for row in self.ms):
+            raise ValueError(
+                f"verify.ms must be {len(self.batch)} rows (one per batch size) of "
+                f"{len(self.tokens_per_row)} values (one per tokens_per_row)"
+            )
+        if any(v <= 0 or not math.isfinite(v) for row in self.ms for v in row):
+            raise ValueError("verify.ms values must be finite and > 0")
+
+    @property
+    def is_table(self) -> bool:
+        return bool(self.batch)
+
+    def __call__(self, batch: int, tokens_per_row: int) -> float:
+        if not self.is_table:
+            return self.a_ms + self.b_ms * batch + self.c_ms * batch * tokens_per_row
+        per_batch = [_interpolate(tokens_per_row, self.tokens_per_row, row) for row in self.ms]
+        # NOTE: extrapolation can go negative on a strange table; a forward never takes < 1 us.
+        return max(_interpolate(batch, self.batch, per_batch), 1e-3)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.is_table:
+            return {"batch": list(self.batch), "tokens_per_row": list(self.tokens_per_row), "ms": [list(r) for r in self.ms]}
+        return {"a_ms": self.a_ms, "b_ms": self.b_ms, "c_ms": self.c_ms}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "VerifyModel":
+        known = {"a_ms", "b_ms", "c_ms", "batch", "tokens_per_row", "ms"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown verify setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+
+def _interpolate(x: float, xs: tuple[int, ...], ys: list[float] | tuple[float, ...]) -> float:
+    """Piecewise linear through (xs, ys), extended linearly past both ends."""
+    if len(xs) == 1:
+        return ys[0]
+    i = min(max(bisect.bisect_right(xs, x) - 1, 0), len(xs) - 2)
+    x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Costs and acceptance of one draft/target pair on one serving setup (see module docstring)."""
+
+    source: str = "PLACEHOLDER: illustrative numbers, not measured; load a calibration file for real figures"
+    draft_ms_per_token: float = 1.3
+    draft_cv: float = 0.1
+    acceptance: tuple[float, ...] = (0.80, 0.74, 0.70, 0.66, 0.63, 0.60, 0.58, 0.56)
+    verify: VerifyModel = field(default_factory=VerifyModel)
+    round_overhead_ms: float = 2.9
+    stream_overhead_ms: float = 1.0
+    prefill_ms: float = 10.0
+    up_bytes_base: int = 40
+    up_bytes_per_draft: int = 3
+    down_bytes_per_round: int = 40
+    open_bytes: int = 400
+    down_bytes_per_token: int = 30
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acceptance", tuple(float(a) for a in self.acceptance))
+        if isinstance(self.verify, dict):
+            object.__setattr__(self, "verify", VerifyModel.from_dict(self.verify))
+        if not self.acceptance:
+            raise ValueError("acceptance: give at least one per-position probability")
+        for i, a in enumerate(self.acceptance):
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"acceptance[{i}] must be a probability in [0, 1], got {a}")
+        if self.draft_ms_per_token <= 0:
+            raise ValueError(f"draft_ms_per_token must be > 0, got {self.draft_ms_per_token}")
+        for name in ("draft_cv", "round_overhead_ms", "stream_overhead_ms", "prefill_ms"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("up_bytes_base", "up_bytes_per_draft", "down_bytes_per_round", "open_bytes", "down_bytes_per_token"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @classmethod
+    def default(cls) -> "Calibration":
+        """Placeholder numbers (see ``source``): shapes are right, magnitudes are guesses."""
+        return cls()
+
+    def acceptance_at(self, position: int) -> float:
+        """P(accept the draft at 0-based ``position`` | every earlier one was accepted)."""
+        return self.acceptance[min(position, len(self.acceptance) - 1)]
+
+    def expected_acceptance_length(self, k: int) -> float:
+        """Expected tokens committed by a round of k drafts, the bonus/recovered token included."""
+        total, survive = 1.0, 1.0
+        for i in range(k):
+            survive *= self.acceptance_at(i)
+            total += survive
+        return total
+
+    def up_bytes(self, k: int) -> int:
+        return self.up_bytes_base + self.up_bytes_per_draft * k
+
+    # ---- JSON ---------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values["acceptance"] = list(self.acceptance)
+        values["verify"] = self.verify.to_dict()
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Calibration":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown calibration setting(s) {unknown}; known: {sorted(known)}")
+        values = dict(values)
+        if "verify" in values:
+            values["verify"] = VerifyModel.from_dict(values["verify"])
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        try:
+            values = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: a calibration file holds one JSON object")
+        try:
+            return cls.from_dict(values)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")

@@ -1,0 +1,100 @@
+"""``edgespec simulate``: a fleet of devices and replicas in simulated time (prints figures).
+
+    edgespec simulate --devices 200 --link-mix wifi:0.5,4g:0.3,5g:0.2 --replicas 2 --k auto \\
+        [--calibration cal.json] [--duration 60 | --tokens-per-device 256] [--seed 0] \\
+        [--out runs/sim] [--plots]
+
+``--out DIR`` writes ``result.json`` (figures and per-device ms/token) and the calibration
+used; ``--plots`` adds the sweeps around this scenario (speedup vs RTT, best k vs RTT,
+capacity vs fleet size) as PNG + JSON. ``--write-calibration FILE`` writes the calibration
+(the placeholder default, or ``--calibration``) as an editable JSON template and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from edgespec.cloud.simulate.calibration import Calibration
+from edgespec.cloud.simulate.config import FleetConfig
+from edgespec.cloud.simulate.engine import simulate
+from edgespec.cloud.simulate.result import finite_json
+from edgespec.cloud.simulate import sweeps
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--devices", type=int, default=1, help="edge devices, one session each")
+    parser.add_argument("--link-mix", default="wifi", help="NAME:WEIGHT,... over the link profiles (edgespec link --help)")
+    parser.add_argument("--replicas", type=int, default=1, help="verifier replicas (devices assigned round-robin)")
+    parser.add_argument("--k", default="4", help="drafts per round, or 'auto' for the SDK's adaptive policy")
+    parser.add_argument("--k-max", type=int, default=16, help="the server's max_k")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="most rows per replica forward")
+    parser.add_argument("--batch-wait-ms", type=float, default=0.0, help="Serve's batch wait (0: take what arrived)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--duration", type=float, metavar="S", help="simulate S seconds of steady generation")
+    budget.add_argument("--tokens-per-device", type=int, metavar="T", help="each device generates T tokens (default 256)")
+    parser.add_argument("--draft-ahead", action="store_true", help="devices draft on while a block is in flight")
+    parser.add_argument("--start-spread-ms", type=float, default=0.0, help="sessions open at random times in [0, this)")
+    parser.add_argument("--calibration", type=Path, help="calibration JSON (schema: edgespec.cloud.simulate.calibration)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the cloud-only run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="directory for result.json (and plots)")
+    parser.add_argument("--plots", action="store_true", help="with --out: sweeps around this scenario as PNG + JSON")
+    parser.add_argument("--write-calibration", type=Path, metavar="FILE", help="write the calibration as JSON and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        calibration = Calibration.load(args.calibration) if args.calibration else Calibration.default()
+        if args.write_calibration:
+            calibration.save(args.write_calibration)
+            print(f"wrote {args.write_calibration}")
+            return 0
+        config = FleetConfig(
+            devices=args.devices, link_mix=args.link_mix, replicas=args.replicas, k=args.k, k_max=args.k_max,
+            tokens_per_device=args.tokens_per_device, duration_s=args.duration, max_batch_size=args.max_batch_size,
+            batch_wait_ms=args.batch_wait_ms,
+            draft_ahead=args.draft_ahead, start_spread_ms=args.start_spread_ms, seed=args.seed,
+        )
+    except (OSError, ValueError) as exc:
+        print(f"edgespec simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.plots and not args.out:
+        print("edgespec simulate: --plots needs --out DIR", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    result = simulate(config, calibration, baseline=not args.no_baseline)
+    print(result.table())
+    print(f"(simulated in {time.perf_counter() - started:.1f} s wall)")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        result.save(args.out / "result.json")
+        calibration.save(args.out / "calibration.json")
+        print(f"wrote {args.out / 'result.json'}")
+        if args.plots:
+            _write_sweeps(config, calibration, args.out)
+    return 0
+
+
+def _write_sweeps(config: FleetConfig, calibration: Calibration, out: Path) -> None:
+    common = {"calibration": calibration, "draft_ahead": config.draft_ahead, "seed": config.seed}
+    speedup = sweeps.speedup_vs_rtt(k=config.k, **common)
+    best_k = sweeps.optimal_k_vs_rtt(ks=range(1, config.k_max + 1), **common)
+    counts = sorted({n for n in sweeps.DEFAULT_DEVICE_COUNTS if n <= max(config.devices, 32)} | {config.devices})
+    capacity = sweeps.capacity_vs_devices(
+        counts, link_mix=config.link_mix, replicas=config.replicas, k=config.k,
+        max_batch_size=config.max_batch_size, batch_wait_ms=config.batch_wait_ms, duration_s=config.duration_s or 20.0, **common,
+    )
+    note = f"calibration: {calibration.source.split(':')[0][:40]}"
+    paths = [
+        sweeps.plot_speedup_vs_rtt(speedup, out / "speedup_vs_rtt.png", title=f"1 device, k={config.k}; {note}"),
+        sweeps.plot_optimal_k(best_k, out / "optimal_k_vs_rtt.png", title=f"1 device; {note}"),
+        sweeps.plot_capacity(capacity, out / "capacity_vs_devices.png", title=f"{config.replicas} replica(s), k={config.k}; {note}"),
+    ]
+    rows = {"speedup_vs_rtt": speedup, "optimal_k_vs_rtt": best_k, "capacity_vs_devices": capacity}
+    (out / "sweeps.json").write_text(json.dumps(finite_json(rows), indent=2) + "\n")
+    for path in paths + [out / "sweeps.json"]:
+        print(f"wrote {path}")

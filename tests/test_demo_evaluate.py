@@ -1,0 +1,66 @@
+"""The offline acceptance simulation (edgespec.cloud.demo.evaluate)."""
+
+from __future__ import annotations
+
+import torch
+import pytest
+from transformers import AutoModelForCausalLM
+
+from edgespec.cloud.continuation import continue_prompts
+from edgespec.cloud.demo.evaluate import Acceptance, simulate_greedy
+from edgespec.cloud.tiny import build_tiny_pair
+
+torch.set_num_threads(1)
+
+
+def _reference(draft, prompt: torch.Tensor, continuation: torch.Tensor, k: int) -> list[int]:
+    """Slow reference: no cache, the whole prefix re-run for every drafted token."""
+    accepted_per_round, done = [], 0
+    while done + k + 1 <= continuation.numel():
+        prefix = torch.cat([prompt, continuation[:done]])
+        guesses = []
+        for _ in range(k):
+            with torch.no_grad():
+                logits = draft(input_ids=torch.cat([prefix, torch.tensor(guesses, dtype=torch.long)])[None]).logits
+            guesses.append(int(logits[0, -1].argmax()))
+        n = 0
+        while n < k and guesses[n] == int(continuation[done + n]):
+            n += 1
+        accepted_per_round.append(n)
+        done += n + 1
+    return accepted_per_round
+
+
+def test_acceptance_counters():
+    stats = Acceptance(k=4)
+    for n in (4, 0, 2):
+        stats.add_round(n)
+    assert stats.tau == pytest.approx((5 + 1 + 3) / 3)
+    assert stats.acceptance_rate == pytest.approx(6 / 12)
+    assert stats.per_position == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_cached_simulation_equals_reference(tmp_path_factory, k):
+    pair = build_tiny_pair(tmp_path_factory.getbasetemp() / "tiny-eval")
+    target = AutoModelForCausalLM.from_pretrained(str(pair.target_dir)).eval()
+    draft = AutoModelForCausalLM.from_pretrained(str(pair.draft_dir)).eval()
+    prompt = torch.randint(1, 500, (12,), generator=torch.Generator().manual_seed(k))
+    ids, _ = continue_prompts(target, prompt[None], 30)
+    continuation = ids[0, 12:]
+    expected = _reference(draft, prompt, continuation, k)
+    stats = Acceptance(k)
+    simulate_greedy(draft, prompt, continuation, k, stats)
+    assert stats.rounds == len(expected)
+    assert stats.accepted == sum(expected)
+    assert 0 < stats.accepted < stats.drafted, "the tiny pair should both accept and reject"
+
+
+def test_self_draft_accepts_everything(tmp_path_factory):
+    pair = build_tiny_pair(tmp_path_factory.getbasetemp() / "tiny-eval")
+    target = AutoModelForCausalLM.from_pretrained(str(pair.target_dir)).eval()
+    prompt = torch.randint(1, 500, (9,), generator=torch.Generator().manual_seed(0))
+    ids, _ = continue_prompts(target, prompt[None], 21)
+    stats = Acceptance(4)
+    simulate_greedy(target, prompt, ids[0, 9:], 4, stats)
+    assert stats.tau == 5.0 and stats.rounds == 4
