@@ -30,14 +30,18 @@ class VerifierConfig:
         max_sessions: concurrent sessions (and Generate calls) per replica; the
             deployment's ``max_ongoing_requests`` is derived from it.
         max_batch_size: most sessions verified in one target forward.
-        batch_wait_timeout_s: how long a batch waits for more sessions after its first.
-            0 batches whatever arrived while the previous forward ran, which adds no
-            latency at low load and still fills batches under load.
+        batch_wait_timeout_s: once the model is free, how long a batch waits for more of the
+            open sessions to send their drafts before the forward starts (it starts at once
+            when every open session is in). 0 batches only what queued during the previous
+            forward; a few ms lets sessions that are a round trip away join (see scheduler.py).
         torch_threads: intra-op threads for the target (pin to 1 when sharing cores).
         dtype: weights and activations dtype; float32 on CPU, bfloat16/float16 on GPU.
         device: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
         session_idle_timeout_s: a session that sends nothing for this long is closed
             (DEADLINE_EXCEEDED) and its KV cache freed.
+        engine_process: run the model in a child process of the replica (default), so the
+            forward's Python code does not hold the replica's GIL while drafts arrive; false
+            runs it in the replica process itself.
     """
 
     model: str
@@ -48,11 +52,12 @@ class VerifierConfig:
     default_max_new_tokens: int = 128
     max_sessions: int = 64
     max_batch_size: int = 32
-    batch_wait_timeout_s: float = 0.0
+    batch_wait_timeout_s: float = 0.005
     torch_threads: int = 1
     dtype: str = "float32"
     device: str = "auto"
     session_idle_timeout_s: float = 300.0
+    engine_process: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -1,10 +1,10 @@
 """The Ray Serve deployment behind Serve's gRPC proxy: Session, Generate, Info, Health.
 
-Each stream handler validates its messages on the event loop and awaits ``_verify_batch``,
-a ``@serve.batch`` method: the drafts of every session that arrived while the previous
-forward ran are verified together in ONE target forward. The model runs on a single
-executor thread, so the event loop keeps receiving messages (and filling the next batch)
-while it computes.
+Each stream handler validates its messages on the event loop and submits them to the
+``BatchScheduler`` (``scheduler.py``, and why not ``@serve.batch``): the drafts of every
+session waiting for a verdict are verified together in ONE target forward. The model runs in
+the engine process (``backend.py``) behind a single model thread, so the event loop keeps
+receiving messages (and filling the next batch) while it computes.
 
 Errors: a refused request ends its own stream with a precise gRPC status code and a message
 that says what to fix (``SessionError``); other sessions on the replica are untouched.
@@ -27,6 +27,7 @@ from edgespec import __version__
 from edgespec.cloud import codec
 from edgespec.cloud.config import VerifierConfig
 from edgespec.cloud.metrics import VerifierMetrics
+from edgespec.cloud.scheduler import BatchScheduler
 from edgespec.cloud.session import Finish, SessionError, SessionState, check_draft, precondition
 from edgespec.cloud.verifier import Verifier, VerifyItem
 from edgespec.v1 import speculative_pb2 as pb
@@ -52,11 +53,16 @@ class VerifierDeployment:
         self.verifier = Verifier(self.config)
         # One thread owns the model: forwards never overlap, and the event loop stays free.
         self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-model")
-        self._verify_batch.set_max_batch_size(self.config.max_batch_size)
-        self._verify_batch.set_batch_wait_timeout_s(self.config.batch_wait_timeout_s)
         self.active_sessions = 0
         self.metrics = VerifierMetrics()
-        log.info("edgespec verifier ready: %s", self.verifier.engine.describe())
+        self.batches = BatchScheduler(
+            lambda items: self._on_model_thread(self.verifier.step, items),
+            max_batch_size=self.config.max_batch_size,
+            wait_s=self.config.batch_wait_timeout_s,
+            expected=lambda: self.active_sessions,
+            on_batch=self.metrics.record_batch,
+        )
+        log.info("edgespec verifier ready: %s", self.verifier.backend.info.description)
 
     # ---- the speculative session -------------------------------------------------------
 
@@ -113,7 +119,7 @@ class VerifierDeployment:
         if last is not None and draft.round == last.round_no and list(draft.token_ids) == session.last_block.tokens:
             return last  # a retried round: same drafts, same (already committed) verdict
         block = check_draft(session, int(draft.round), list(draft.token_ids), codec.draft_q(draft))
-        return await self._verify_batch(VerifyItem(session, block))
+        return await self.batches.submit(VerifyItem(session, block))
 
     async def _next_message(self, requests: AsyncIterator[pb.SessionRequest]) -> pb.SessionRequest | None:
         try:
@@ -145,7 +151,7 @@ class VerifierDeployment:
 
     def _release(self, session: SessionState) -> None:
         self.active_sessions -= 1
-        session.kv = None  # frees the session's KV cache
+        self._model_thread.submit(self.verifier.finish, session)  # frees the session's KV cache
         self.metrics.session_closed(self.active_sessions)
 
     # ---- cloud-only generation (the baseline) --------------------------------------------
@@ -155,7 +161,7 @@ class VerifierDeployment:
         try:
             session = await self._admit(codec.generate_from_proto(request), generate=True)
             while not session.finished:
-                verdict = await self._verify_batch(VerifyItem(session, None))
+                verdict = await self.batches.submit(VerifyItem(session, None))
                 yield pb.GenerateResponse(
                     token_ids=[verdict.next_token],
                     finished=verdict.finish is not Finish.NONE,
@@ -187,8 +193,8 @@ class VerifierDeployment:
             modes=list(codec.MODE_NUMBERS.values()),
             max_new_tokens=limits.max_new_tokens,
             version=__version__,
-            target_params=self.verifier.engine.params,
-            kv_bytes_per_token=self.verifier.engine.kv_bytes_per_token(),
+            target_params=self.verifier.backend.info.params,
+            kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token,
             replica_rss_bytes=resident_bytes(),
             active_sessions=self.active_sessions,
         )
@@ -203,13 +209,18 @@ class VerifierDeployment:
         # A replica that answers is serving; the stream ends rather than hold a request slot.
         yield await self.Check(request, grpc_context)
 
-    # ---- batching --------------------------------------------------------------------------
+    def check_health(self) -> None:
+        """Serve restarts a replica whose engine process died (e.g. killed for memory)."""
+        alive = getattr(self.verifier.backend, "alive", True)
+        if not alive:
+            raise RuntimeError("the engine process is not running")
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
-    async def _verify_batch(self, items: list[VerifyItem]):
-        verdicts = await self._on_model_thread(self.verifier.step, items)
-        self.metrics.record_batch(items, verdicts)
-        return verdicts
+    def __del__(self) -> None:
+        verifier = getattr(self, "verifier", None)
+        if verifier is not None:
+            verifier.shutdown()
+
+    # ---- batching --------------------------------------------------------------------------
 
     async def _on_model_thread(self, fn, *args, **kwargs):
         loop = asyncio.get_running_loop()

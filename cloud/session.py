@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import grpc
-import torch
 
 from edgespec.cloud.sampling import Sampling
 
@@ -82,11 +81,15 @@ class OpenRequest:
 
 @dataclass(frozen=True)
 class DraftBlock:
-    """One validated round: k drafted tokens and, in exact mode, their q as a dense [k, V]."""
+    """One validated round: k drafted tokens and, in exact mode, their q.
+
+    q: per draft, the sparse distribution (token ids, probabilities) it was sampled from,
+    renormalised to sum to exactly 1.
+    """
 
     round_no: int
     tokens: list[int]
-    q: torch.Tensor | None = None
+    q: list[tuple[list[int], list[float]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,18 +202,18 @@ def check_draft(state: SessionState, round_no: int, tokens: list[int], q: list[t
             f"{k} drafts would pass the max context of {state.limits.max_context} tokens "
             f"({len(state.committed)} committed); draft at most {state.context_room}",
         )
-    dense_q = None
+    checked_q = None
     if state.spec.mode is Mode.EXACT:
-        dense_q = _dense_q(q, tokens, state.limits.vocab_size)
+        checked_q = _checked_q(q, tokens, state.limits.vocab_size)
     elif q:
         raise invalid(f"draft.q is only sent in exact mode; this session is in {state.spec.mode.value} mode")
-    return DraftBlock(round_no=round_no, tokens=list(tokens), q=dense_q)
+    return DraftBlock(round_no=round_no, tokens=list(tokens), q=checked_q)
 
 
-def _dense_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab: int) -> torch.Tensor:
+def _checked_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab: int) -> list[tuple[list[int], list[float]]]:
     if len(q) != len(tokens):
         raise invalid(f"exact mode needs one draft distribution per drafted token: got {len(q)} for {len(tokens)} tokens")
-    dense = torch.zeros(len(tokens), vocab, dtype=torch.float64)
+    out = []
     for i, ((ids, probs), token) in enumerate(zip(q, tokens)):
         if len(ids) != len(probs) or not ids:
             raise invalid(f"draft.q[{i}]: token_ids ({len(ids)}) and probs ({len(probs)}) must be non-empty and of equal length")
@@ -222,12 +225,11 @@ def _dense_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab: i
         mass = math.fsum(probs)
         if abs(mass - 1.0) > Q_MASS_TOLERANCE:
             raise invalid(f"draft.q[{i}].probs sums to {mass:.6f}, not 1: send the distribution the token was sampled from")
-        row = dense[i]
-        row[torch.tensor(ids)] = torch.tensor(probs, dtype=torch.float64)
-        if row[token] <= 0.0:
+        by_id = dict(zip(ids, probs))
+        if by_id.get(token, 0.0) <= 0.0:
             raise invalid(f"draft.q[{i}] gives the drafted token {token} probability 0: it cannot have been sampled from it")
-        dense[i] = row / mass
-    return dense
+        out.append((list(ids), [p / mass for p in probs]))
+    return out
 
 
 def settle(state: SessionState, block_tokens: list[int], accepted: int, next_token: int) -> tuple[int, int, Finish]:

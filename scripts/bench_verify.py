@@ -73,6 +73,8 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--sessions", default="1,16")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--inline-engine", action="store_true", help="run the model in the replica process")
     args = parser.parse_args()
     import torch
 
@@ -91,7 +93,8 @@ def main() -> int:
     init_ray(num_cpus=2)
     port = free_port()
     config = VerifierConfig(model=str(target), device="cpu", torch_threads=1, max_sessions=max(counts) + 4,
-                            max_batch_size=max(counts), max_new_tokens=100_000)
+                            max_batch_size=max(counts), max_new_tokens=100_000,
+                            batch_wait_timeout_s=args.batch_wait_ms / 1000, engine_process=not args.inline_engine)
     serve_verifier(config, DeploymentOptions(num_cpus=1), grpc_port=port, http_port=free_port(), timeout_s=300)
     address = f"127.0.0.1:{port}"
     with grpc.insecure_channel(address) as channel:

@@ -81,7 +81,8 @@ def test_check_draft_refuses_past_context_and_after_finish():
 def test_exact_q_is_renormalised_within_tolerance():
     state = new_session(mode=Mode.EXACT)
     block = check_draft(state, 0, [4], [([4, 5], [0.5, 0.5002])])
-    assert abs(float(block.q.sum()) - 1.0) < 1e-12 and block.q[0, 4] > 0
+    (ids, probs), = block.q
+    assert ids == [4, 5] and abs(sum(probs) - 1.0) < 1e-12 and probs[0] > 0
 
 
 # ---- k policies ----------------------------------------------------------------------------

@@ -119,8 +119,27 @@ class Harness:
             server = self._start_serve(torch_threads, max_sessions)
         self.server = server
         self.draft_threads = draft_threads
+        self.link = None
         self.client = EdgeClient(server, draft, draft_threads=draft_threads, timeout=120)
         self.info = self.client.info()
+
+    @property
+    def address(self) -> str:
+        """Where clients connect: the server, or the link emulator in front of it."""
+        return self.link.address if self.link else self.server
+
+    def use_link(self, profile) -> None:
+        """Routes every following measurement through an emulated link (None: direct)."""
+        from edgespec.cloud.link import LinkEmulator
+
+        self.client.close()
+        if self.link:
+            self.link.close()
+            self.link = None
+        if profile is not None:
+            self.link = LinkEmulator(self.server, profile)
+            self.link.start()
+        self.client = EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120)
 
     def _start_serve(self, torch_threads: int, max_sessions: int) -> str:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -142,6 +161,8 @@ class Harness:
 
     def close(self) -> None:
         self.client.close()
+        if self.link:
+            self.link.close()
         if self.started_serve:
             from ray import serve
 
