@@ -219,3 +219,22 @@ def test_past_the_drafts_context_the_cloud_finishes(server, target_model, tmp_pa
         result = client.generate(ids, max_new_tokens=40, k=4, stop_token_ids=())
     assert result.token_ids == reference_greedy(target_model, ids, 40)
     assert result.stats.cloud_only_tokens > 0 and result.stats.rounds > 0
+
+
+def test_replica_restart_mid_generation_is_resumed(server, references, target_model):
+    """The replica is killed mid-generation; Serve starts a new one and the client resumes."""
+    import ray
+
+    prompt_ids, _ = list(references.items())[7]
+    with EdgeClient(server.address, server.pair.draft_dir, max_retries=12, timeout=30) as client:
+        stream = client.stream(list(prompt_ids), max_new_tokens=60, k=2, stop_token_ids=())
+        for i, _ in enumerate(stream):
+            if i == 3:
+                names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "Verifier" in a["name"]]
+                assert names, "no replica actor found"
+                for name in names:
+                    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+        result = stream.result
+    assert result.stats.resumes >= 1
+    assert len(result.token_ids) == 60
+    assert result.token_ids == reference_greedy(target_model, list(prompt_ids), 60)
