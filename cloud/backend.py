@@ -1,10 +1,13 @@
 """Where the target runs: the KV caches, the batched forward and the accept rule.
 
-The replica's event loop must keep receiving drafts while a forward runs, or concurrent sessions
-never meet in one batch. A transformers forward is mostly Python code that holds the GIL, so
-the default ``ProcessBackend`` runs the model in a child process: the replica's model thread
-only waits on a pipe (which releases the GIL) and the event loop stays free. ``LocalBackend``
-runs the same code in-process (tests, and ``engine_process: false``).
+``LocalBackend`` (the default) runs the model in the replica process, on the replica's model
+thread. A transformers forward is mostly Python code that holds the GIL while it runs, which
+delays the event loop that receives other sessions' drafts; ``ProcessBackend``
+(``engine_process: true``) moves the same code into a child process, so the model thread only
+waits on a pipe (releasing the GIL) and a dead engine fails the replica's health check. On 2
+shared CPU cores the extra process cost ~13% of verify throughput at 16 sessions, so it is not
+the default there; the batch scheduler, not the process split, is what lets sessions share
+forwards (see scheduler.py).
 
 Per verification, each session contributes a ``Row``. Its cache is first trimmed to
 ``cache_len`` (the committed tokens before the pending one: rejected drafts of the previous

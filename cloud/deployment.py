@@ -2,8 +2,8 @@
 
 Each stream handler validates its messages on the event loop and submits them to the
 ``BatchScheduler`` (``scheduler.py``, and why not ``@serve.batch``): the drafts of every
-session waiting for a verdict are verified together in ONE target forward. The model runs in
-the engine process (``backend.py``) behind a single model thread, so the event loop keeps
+session waiting for a verdict are verified together in ONE target forward. The model runs on a
+single model thread (optionally in an engine process, ``backend.py``), so the event loop keeps
 receiving messages (and filling the next batch) while it computes.
 
 Errors: a refused request ends its own stream with a precise gRPC status code and a message

@@ -32,6 +32,7 @@ def server(tiny_pair):
         max_context=128,
         max_k=8,
         session_idle_timeout_s=IDLE_TIMEOUT_S,
+        engine_process=True,  # this module covers the child-process engine; the others run inline
     )
     yield srv
     stop_server()

@@ -26,7 +26,7 @@ from edgespec.cloud.simulate import (
     capacity_vs_devices,
 )
 
-# No network cost at all: zero delay, unlimited bandwidth, no proxy or prefill cost.
+# No network cost at all: zero delay, unlimited bandwidth, no ingress, proxy or prefill cost.
 ZERO_LINK = PROFILES["loopback"]
 
 
@@ -37,6 +37,8 @@ def free_network(**changes) -> Calibration:
         draft_cv=0.0,
         acceptance=(0.8,),
         verify=VerifyModel(a_ms=1.0, b_ms=0.0, c_ms=0.0),
+        ingress_ms_per_round_message=0.0,
+        ingress_ms_per_stream_message=0.0,
         round_overhead_ms=0.0,
         stream_overhead_ms=0.0,
         prefill_ms=0.0,
@@ -150,15 +152,94 @@ def test_draft_ahead_helps_when_acceptance_is_high_and_links_slow():
 
 
 def test_batch_wait_merges_cloud_only_convoys():
-    # With batch_wait 0 two Generate streams that start out of phase take turns on the
-    # replica for ever; a wait longer than the phase gap (and a batch that fills) merges them.
+    # Two Generate streams that start out of phase: with batch_wait 0 the replica takes only
+    # what queued during the previous forward, so they take turns on it for ever. The default
+    # wait (5 ms, the server's) outlasts the 1 ms each stream needs to come back after its
+    # forward, so the next batch waits for it. (Under the old policy, a wait counted from the
+    # oldest queued row, this needed a wait longer than the phase gap: 25 ms.)
     calibration = free_network(verify=VerifyModel(a_ms=20.0, b_ms=0.5, c_ms=0.0), stream_overhead_ms=1.0)
     kwargs = dict(devices=2, link_mix="wifi", duration_s=5.0, max_batch_size=2)
-    no_wait = simulate_path(FleetConfig(**kwargs), calibration, CLOUD_ONLY)
-    wait = simulate_path(FleetConfig(batch_wait_ms=25.0, **kwargs), calibration, CLOUD_ONLY)
+    no_wait = simulate_path(FleetConfig(batch_wait_ms=0.0, **kwargs), calibration, CLOUD_ONLY)
+    wait = simulate_path(FleetConfig(**kwargs), calibration, CLOUD_ONLY)
     assert no_wait.mean_batch_size == 1.0
-    assert wait.mean_batch_size > no_wait.mean_batch_size
+    assert wait.mean_batch_size > 1.9
     assert wait.mean_ms_per_token < no_wait.mean_ms_per_token
+
+
+@pytest.mark.parametrize("devices", [4, 8])
+def test_closed_loop_devices_share_forwards_instead_of_alternating(devices):
+    # Devices opening at different moments, 4 ms of drafting per block and a long forward:
+    # the first block is verified alone while the rest queue. Taking only what queued
+    # (batch_wait 0) then alternates batches of 1 and N-1 for ever; gathering once the model
+    # is free and waiting for the open sessions (cloud/scheduler.py) merges them into batches
+    # of N after the first.
+    calibration = free_network(draft_ms_per_token=1.0, verify=VerifyModel(a_ms=50.0, b_ms=0.0, c_ms=0.0))
+    kwargs = dict(devices=devices, link_mix=ZERO_LINK, k=4, duration_s=3.0, start_spread_ms=20.0, seed=1)
+    alternating = simulate_path(FleetConfig(batch_wait_ms=0.0, **kwargs), calibration)
+    gathered = simulate_path(FleetConfig(batch_wait_ms=5.0, **kwargs), calibration)
+    assert set(alternating.batch_sizes) == {1, devices - 1}
+    assert gathered.batch_sizes[devices] >= gathered.forwards - 2
+    assert gathered.mean_batch_size > devices - 0.2
+    assert gathered.capacity_tokens_per_s > 1.5 * alternating.capacity_tokens_per_s
+
+
+def test_a_batch_closes_once_every_open_session_is_in_and_respects_the_cap():
+    # 6 devices, max batch 4, a wait far longer than a forward: batches never wait it out
+    # (every open session is queued at once, or the batch is full), and never exceed the cap.
+    calibration = free_network(verify=VerifyModel(a_ms=10.0, b_ms=0.0, c_ms=0.0))
+    config = FleetConfig(devices=6, link_mix=ZERO_LINK, k=2, duration_s=2.0, max_batch_size=4, batch_wait_ms=500.0)
+    result = simulate_path(config, calibration)
+    assert max(result.batch_sizes) == 4
+    assert result.mean_utilisation > 0.95  # no forward waited 500 ms for a seventh session
+
+
+# ---- the ingress (proxy and replica I/O) ---------------------------------------------------
+
+
+def test_one_speculative_round_costs_verify_plus_two_ingress_messages():
+    s, remainder = 1.5, 0.7
+    calibration = free_network(
+        acceptance=(1.0,), verify=VerifyModel(a_ms=4.0, b_ms=0.0, c_ms=0.0),
+        ingress_ms_per_round_message=s, round_overhead_ms=remainder,
+    )
+    result = simulate_path(FleetConfig(devices=1, link_mix=ZERO_LINK, k=4, tokens_per_device=500), calibration)
+    assert result.rounds == 100 and result.batch_sizes == {1: 100}
+    open_ms = 2 * s  # Open in, Opened out (prefill 0)
+    round_ms = 4 * 0.1 + s + 4.0 + s + remainder
+    assert result.mean_ms_per_token * 500 == pytest.approx(open_ms + 100 * round_ms, rel=1e-9)
+
+
+def test_ingress_saturates_at_one_round_per_two_service_times():
+    s, tokens_per_round = 2.0, 2  # k=1, every draft accepted
+    calibration = free_network(
+        acceptance=(1.0,), draft_ms_per_token=5.0, verify=VerifyModel(a_ms=0.1, b_ms=0.0, c_ms=0.0),
+        ingress_ms_per_round_message=s,
+    )
+    runs = {n: simulate_path(FleetConfig(devices=n, link_mix=ZERO_LINK, k=1, duration_s=4.0), calibration) for n in (1, 4, 16)}
+    alone = 5.0 + 2 * s + 0.1  # one device is not limited by the ingress
+    assert runs[1].mean_ms_per_token == pytest.approx(alone / tokens_per_round, rel=0.01)
+    for n in (4, 16):  # n devices want more than 1 / (2 s) rounds/s: each gets 1/n of it
+        rounds = (4000 - n * 2 * s) / (2 * s)  # what the Open/Opened messages leave of 4 s
+        assert runs[n].rounds == pytest.approx(rounds, rel=0.01)
+        assert runs[n].mean_ms_per_token == pytest.approx(4000 / (rounds / n * tokens_per_round), rel=0.01)
+        assert runs[n].mean_ms_per_token > n * 2 * s / tokens_per_round  # grows with n
+        assert runs[n].ingress_utilisation[0] > 0.99
+
+
+def test_cloud_only_stream_is_capped_at_one_token_per_service_time():
+    s = 1.0
+    calibration = free_network(verify=VerifyModel(a_ms=0.2, b_ms=0.0, c_ms=0.0), ingress_ms_per_stream_message=s)
+    one = simulate_path(FleetConfig(devices=1, link_mix=ZERO_LINK, tokens_per_device=400), calibration, CLOUD_ONLY)
+    assert one.mean_ms_per_token * 400 == pytest.approx(s + 400 * (0.2 + s), rel=1e-9)  # request, then tokens
+    many = simulate_path(FleetConfig(devices=16, link_mix=ZERO_LINK, duration_s=2.0), calibration, CLOUD_ONLY)
+    assert many.capacity_tokens_per_s == pytest.approx(1000 / s, rel=0.01)
+    assert many.mean_ms_per_token == pytest.approx(16 * s, rel=0.02)
+
+
+def test_replicas_have_separate_ingress_queues():
+    calibration = free_network(verify=VerifyModel(a_ms=0.1, b_ms=0.0, c_ms=0.0), ingress_ms_per_stream_message=1.0)
+    two = simulate_path(FleetConfig(devices=16, replicas=2, link_mix=ZERO_LINK, duration_s=1.0), calibration, CLOUD_ONLY)
+    assert two.capacity_tokens_per_s == pytest.approx(2 * 1000, rel=0.01)
 
 
 # ---- configuration and calibration ---------------------------------------------------------
@@ -198,6 +279,8 @@ def test_fleet_config_errors_name_the_field(kwargs, field):
         ({"acceptance": ()}, "acceptance"),
         ({"draft_ms_per_token": 0}, "draft_ms_per_token"),
         ({"round_overhead_ms": -1}, "round_overhead_ms"),
+        ({"ingress_ms_per_round_message": -1}, "ingress_ms_per_round_message"),
+        ({"ingress_ms_per_stream_message": float("nan")}, "ingress_ms_per_stream_message"),
         ({"verify": {"a_ms": -1}}, "verify.a_ms"),
         ({"verify": {"batch": [1, 4], "tokens_per_row": [1], "ms": [[1.0]]}}, "verify.ms"),
         ({"verify": {"batch": [4, 1], "tokens_per_row": [1], "ms": [[1.0], [2.0]]}}, "verify.batch"),
@@ -221,6 +304,14 @@ def test_calibration_json_round_trip_and_table_interpolation(tmp_path):
     path.write_text(json.dumps({"acceptance": [0.5], "verify": {"a_ms": 3, "b_ms": 1, "c_ms": 0}}))
     loaded = Calibration.load(path)
     assert loaded.verify(2, 5) == 5.0 and loaded.draft_ms_per_token == Calibration().draft_ms_per_token
+    # A file from before the ingress: its overheads were the whole per-message cost.
+    path.write_text(json.dumps({"round_overhead_ms": 8.0, "stream_overhead_ms": 6.0}))
+    legacy = Calibration.load(path)
+    assert (legacy.round_overhead_ms, legacy.ingress_ms_per_round_message) == (8.0, 0.0)
+    assert (legacy.stream_overhead_ms, legacy.ingress_ms_per_stream_message) == (6.0, 0.0)
+    path.write_text(json.dumps({"ingress_ms_per_round_message": 4.0}))
+    current = Calibration.load(path)
+    assert current.round_overhead_ms == 0.0 and current.ingress_ms_per_stream_message == Calibration().ingress_ms_per_stream_message
     path.write_text(json.dumps({"acceptence": [0.5]}))
     with pytest.raises(ValueError, match="acceptence"):
         Calibration.load(path)

@@ -19,10 +19,14 @@ JSON schema (all times in milliseconds, all sizes in bytes; omitted keys take th
                 # or a measured table, bilinear in (batch, tokens per row), extrapolated
                 # linearly past its edges:
                 # {"batch": [1, 8, 32], "tokens_per_row": [1, 5, 9], "ms": [[...], [...], [...]]}
-      "round_overhead_ms": 2.9,         # per speculative round outside the forward (Serve's
-                                        # gRPC proxy carrying Draft in and Verdict out)
-      "stream_overhead_ms": 1.0,        # per Generate token between decode steps (proxy, yield)
-      "prefill_ms": 10.0,               # opening a session (prompt prefill), both paths
+      "ingress_ms_per_round_message": 1.45,   # service time of one Session-stream message
+                                        # (Open, Opened, Draft, Verdict, Close, Closed) at the
+                                        # replica's ingress queue (see "The ingress" below)
+      "ingress_ms_per_stream_message": 1.0,   # the same for one Generate message (the
+                                        # request, each streamed token)
+      "round_overhead_ms": 0.0,         # non-queueing remainder per speculative round
+      "stream_overhead_ms": 0.0,        # non-queueing remainder per Generate token
+      "prefill_ms": 10.0,               # opening a session (prompt prefill on the model), both paths
       "up_bytes_base": 40,              # Draft message framing (HTTP/2 + gRPC + protobuf)
       "up_bytes_per_draft": 3,          # per draft token (varint ids; far more with exact-mode q)
       "down_bytes_per_round": 40,       # Verdict message
@@ -33,6 +37,41 @@ JSON schema (all times in milliseconds, all sizes in bytes; omitted keys take th
 Terms: a **row** is one session's block in a batch; **tokens per row** is k + 1 for a
 speculative round (pending token + k drafts) and 1 for a cloud-only decode step; rows in a
 batch are padded to the longest, so a batch costs its longest row.
+
+The ingress
+-----------
+
+Every message between a device and its replica costs CPU outside the target forward: Serve's
+gRPC proxy, the replica's Python I/O (decode, validate, encode, yield). That work is done by
+processes every session of the replica shares, so with many sessions it queues. The model is
+one FIFO single server per replica: each message occupies it for its service time, in arrival
+order, whatever session it belongs to. A speculative round is two messages (Draft in, Verdict
+out), a session adds four (Open, Opened, Close, Closed); a Generate call is its request plus
+one message per token, and its next decode step is queued only once the last token's message
+has left (the replica's generator resumes after its yield). So, with service time s:
+
+- one session, no network: round = draft + s + verify(1, k + 1) + s + ``round_overhead_ms``;
+  cloud-only token = verify(1, 1) + s + ``stream_overhead_ms``;
+- N sessions: at most 1 / (2 s) rounds/s, or 1 / s Generate tokens/s, per replica.
+
+``round_overhead_ms`` and ``stream_overhead_ms`` are the non-queueing remainder (a pure
+latency per round / per token); with the ingress given they default to 0. Old files that set
+an overhead but no ingress time (written before the ingress existed) load with that kind's
+ingress at 0, so they simulate the fixed latency they were measured as.
+
+**Calibrating from one session only** (``cloud/bench/calibrate.py``; never fit these to the
+multi-session figures, which are what the model must predict):
+
+- ``ingress_ms_per_round_message`` = (median round wait - verify(1, k + 1)) / 2: the round's
+  overhead outside the forward split evenly over its two messages;
+- ``ingress_ms_per_stream_message`` = steady cloud-only ms/token - verify(1, 1).
+
+Two service times, not one: the two kinds run different code (a bidi stream's request/reply
+pair vs a server-streaming generator's yield), and single-session measurements give each
+directly (e.g. 4.0 vs 6.0 ms per message on the 2-core rig). One shared value would miss one
+path's single-session figure by construction. Attributing the whole overhead to the queue
+(remainder 0) is the one choice a single session cannot distinguish from a latency; it is the
+right one when the overhead is CPU work (a no-op round through the proxy costs most of it).
 """
 
 from __future__ import annotations
@@ -111,6 +150,12 @@ class VerifyModel:
         return cls(**values)
 
 
+_LEGACY_OVERHEADS = (
+    ("round_overhead_ms", "ingress_ms_per_round_message"),
+    ("stream_overhead_ms", "ingress_ms_per_stream_message"),
+)
+
+
 def _interpolate(x: float, xs: tuple[int, ...], ys: list[float] | tuple[float, ...]) -> float:
     """Piecewise linear through (xs, ys), extended linearly past both ends."""
     if len(xs) == 1:
@@ -129,8 +174,10 @@ class Calibration:
     draft_cv: float = 0.1
     acceptance: tuple[float, ...] = (0.80, 0.74, 0.70, 0.66, 0.63, 0.60, 0.58, 0.56)
     verify: VerifyModel = field(default_factory=VerifyModel)
-    round_overhead_ms: float = 2.9
-    stream_overhead_ms: float = 1.0
+    ingress_ms_per_round_message: float = 1.45
+    ingress_ms_per_stream_message: float = 1.0
+    round_overhead_ms: float = 0.0
+    stream_overhead_ms: float = 0.0
     prefill_ms: float = 10.0
     up_bytes_base: int = 40
     up_bytes_per_draft: int = 3
@@ -149,7 +196,14 @@ class Calibration:
                 raise ValueError(f"acceptance[{i}] must be a probability in [0, 1], got {a}")
         if self.draft_ms_per_token <= 0:
             raise ValueError(f"draft_ms_per_token must be > 0, got {self.draft_ms_per_token}")
-        for name in ("draft_cv", "round_overhead_ms", "stream_overhead_ms", "prefill_ms"):
+        for name in (
+            "draft_cv",
+            "ingress_ms_per_round_message",
+            "ingress_ms_per_stream_message",
+            "round_overhead_ms",
+            "stream_overhead_ms",
+            "prefill_ms",
+        ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
@@ -194,6 +248,10 @@ class Calibration:
         values = dict(values)
         if "verify" in values:
             values["verify"] = VerifyModel.from_dict(values["verify"])
+        for overhead, ingress in _LEGACY_OVERHEADS:
+            # A file from before the ingress: its overhead was the whole per-message cost.
+            if overhead in values and ingress not in values:
+                values[ingress] = 0.0
         return cls(**values)
 
     @classmethod

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="4", help="drafts per round, or 'auto' for the SDK's adaptive policy")
     parser.add_argument("--k-max", type=int, default=16, help="the server's max_k")
     parser.add_argument("--max-batch-size", type=int, default=32, help="most rows per replica forward")
-    parser.add_argument("--batch-wait-ms", type=float, default=0.0, help="Serve's batch wait (0: take what arrived)")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0,
+                        help="once the model is free, wait this long for more open sessions (0: take what queued)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--duration", type=float, metavar="S", help="simulate S seconds of steady generation")
     budget.add_argument("--tokens-per-device", type=int, metavar="T", help="each device generates T tokens (default 256)")

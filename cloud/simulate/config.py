@@ -64,9 +64,10 @@ class FleetConfig:
         tokens_per_device: each device generates this many tokens, then stops.
         duration_s: instead, every device generates until this much simulated time has passed.
         max_batch_size: most rows in one replica forward.
-        batch_wait_ms: Serve's batch_wait_timeout_s, in ms: an idle replica waits this long
-            after the oldest queued row (or until the batch is full). 0, the default, takes
-            whatever arrived while the previous forward ran.
+        batch_wait_ms: the replica's batch_wait_timeout_s, in ms (``cloud/scheduler.py``):
+            once the model is free, a batch waits at most this long for more of the open
+            sessions and starts at once when every open session is in. 0 takes only what
+            queued during the previous forward. Default 5, as the server's.
         draft_ahead: while a block is in flight the device drafts on, assuming full
             acceptance; that work counts only if the target's bonus token matches the
             draft's next guess (probability: the acceptance at the next position).
@@ -82,7 +83,7 @@ class FleetConfig:
     tokens_per_device: int | None = None
     duration_s: float | None = None
     max_batch_size: int = 32
-    batch_wait_ms: float = 0.0
+    batch_wait_ms: float = 5.0
     draft_ahead: bool = False
     start_spread_ms: float = 0.0
     seed: int = 0

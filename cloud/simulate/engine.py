@@ -1,32 +1,41 @@
-"""The discrete-event simulation of one fleet on one path: a heap of timestamped events, no threads.
+"""The discrete-event simulation of one fleet on one path: a heap of timestamped callbacks, no threads.
 
-Time is simulated milliseconds. Every event is ``(time, priority, sequence, handler, argument)``;
-``priority`` 1 runs after every priority-0 event of the same instant, so a replica that wakes
-up takes every block that arrived at that instant into one batch (Serve's ``@serve.batch``
-with ``batch_wait_timeout_s=0`` does the same within one event-loop turn). With
-``batch_wait_ms`` > 0 an idle replica waits that long after the oldest queued row, or until
-the batch is full, as ``@serve.batch`` does.
+Time is simulated milliseconds. Every event is ``(time, priority, sequence, callback)``;
+``priority`` 1 runs after every priority-0 event of the same instant, so a batch closed "now"
+takes every row that arrives at that instant (as asyncio runs the scheduler's task only after
+the callbacks of the current loop turn).
+
+Each replica has three shared resources, each a FIFO:
+
+- the **ingress** (``Calibration`` docstring, "The ingress"): every message of every session
+  of the replica, in either direction, occupies it for its service time;
+- the **batch scheduler** (``cloud/scheduler.py``, replicated exactly): a batch is gathered
+  only once the model is free: whatever queued during the previous forward plus, for at most
+  ``batch_wait_ms``, more of the open sessions; it closes early when every open session is
+  in, and takes at most ``max_batch_size`` rows;
+- the **model thread**: forwards and prompt prefills, one at a time, in submission order.
 
 A speculative device, one round (k from the policy):
 
 1. draft k tokens: ``k * draft_ms_per_token`` times a lognormal factor (mean 1, cv
    ``draft_cv``), less any drafts made ahead during the previous flight;
-2. send the block up its link (``DirectionSchedule``: base delay, jitter, bytes / bandwidth,
-   loss stalls), plus ``round_overhead_ms`` (Serve's proxy) before it reaches the replica;
-3. the replica verifies it in the next batch: every row that arrived while the previous
-   forward ran, up to ``max_batch_size``; the forward takes ``verify(batch, longest row)``.
-   With batch_wait 0, sessions whose rows come back at different moments can settle into
-   convoys that take turns on the replica instead of sharing forwards: a real effect of that
-   setting, which the simulation reproduces rather than smooths over;
-4. the verdict comes down the link; accepted n is drawn from the per-position acceptance;
-   emitted = n + 1 (capped by the token budget); the device starts the next round.
+2. the Draft goes up its link (``DirectionSchedule``: base delay, jitter, bytes / bandwidth,
+   loss stalls), through the ingress, plus ``round_overhead_ms``, into the batch queue;
+3. the replica verifies it in the next batch; the forward takes ``verify(batch, longest row)``;
+4. the Verdict goes through the ingress and down the link; accepted n is drawn from the
+   per-position acceptance; emitted = n + 1 (capped by the token budget); the next round starts.
 
-Before the first round the device opens its session: Open up, ``prefill_ms`` + proxy, Opened
-down. A cloud-only device sends one Generate request (up, then ``prefill_ms``); the replica
-then decodes one token per forward for it (rows of 1 token, batched with the other cloud-only
-sessions), each token travels down the link as its own message, and the session's next step
-joins the queue ``stream_overhead_ms`` after the last one finished: the network delay is paid
-once, later tokens are pipelined behind it.
+Before the first round the device opens its session (Open up and through the ingress, the
+session counts as open, prefill on the model, Opened through the ingress and down); after
+its last verdict it sends Close (through the ingress: the session stops counting as open)
+and the replica answers Closed (ingress load only: the device has its tokens).
+
+A cloud-only device sends one Generate request (up, ingress, prefill on the model); the
+replica then decodes one token per forward for it (rows of 1 token, batched with the other
+cloud-only sessions); each token's message goes through the ingress and down the link, and the
+session's next step joins the batch queue ``stream_overhead_ms`` after that message left the
+ingress (the replica's generator resumes after its yield). The network delay is paid once;
+later tokens are pipelined behind it.
 
 Randomness: each device owns separate streams (uplink, downlink, acceptance, drafting noise)
 seeded from (seed, device, purpose), so a device's draws do not depend on how events
@@ -40,6 +49,8 @@ import math
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 from edgespec.cloud.link_profiles import DirectionSchedule, LinkProfile
 from edgespec.cloud.simulate.calibration import Calibration
@@ -79,11 +90,15 @@ class _Device:
 
 @dataclass(eq=False)
 class _Replica:
-    queue: deque = field(default_factory=deque)  # (arrival ms, device)
-    busy: bool = False
-    start_at: float | None = None  # when the next forward is scheduled to start
-    generation: int = 0  # invalidates a scheduled start that an earlier one replaced
-    busy_ms: float = 0.0
+    queue: deque = field(default_factory=deque)  # devices whose row waits for a forward
+    open_sessions: int = 0  # admitted, not yet released: the scheduler's ``expected()``
+    in_forward: bool = False  # the scheduler awaits a forward
+    gathering: bool = False  # the model is free and a batch is being gathered
+    gather_id: int = 0  # invalidates a deadline or close scheduled for an earlier batch
+    ingress_free_ms: float = 0.0
+    model_free_ms: float = 0.0
+    busy_ms: float = 0.0  # on the model (forwards and prefills)
+    ingress_busy_ms: float = 0.0
     batch_sizes: Counter = field(default_factory=Counter)
 
 
@@ -96,6 +111,9 @@ class FleetSimulation:
         self.config, self.cal, self.path = config, calibration, path
         self.end_ms = config.duration_s * 1000.0 if config.duration_s is not None else math.inf
         self.budget = config.tokens_per_device if config.tokens_per_device is not None else math.inf
+        self.message_ms = (
+            calibration.ingress_ms_per_round_message if path == SPECULATIVE else calibration.ingress_ms_per_stream_message
+        )
         self._heap: list = []
         self._sequence = 0
         self.now = 0.0
@@ -132,29 +150,52 @@ class FleetSimulation:
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def _at(self, time_ms: float, handler, argument, priority: int = 0) -> None:
+    def _at(self, time_ms: float, callback: Callable[[], None], priority: int = 0) -> None:
         self._sequence += 1
-        heapq.heappush(self._heap, (time_ms, priority, self._sequence, handler, argument))
+        heapq.heappush(self._heap, (time_ms, priority, self._sequence, callback))
 
     def run(self) -> PathResult:
         opener = self._open_session if self.path == SPECULATIVE else self._open_generate
         for device in self.devices:
-            self._at(device.start_ms, opener, device)
+            self._at(device.start_ms, partial(opener, device))
         while self._heap:
-            time_ms, _, _, handler, argument = heapq.heappop(self._heap)
+            time_ms, _, _, callback = heapq.heappop(self._heap)
             if time_ms > self.end_ms:
                 break
             self.now = time_ms
-            handler(argument)
+            callback()
         return self._result()
+
+    # ---- messages -------------------------------------------------------------------------
+
+    def _send_up(self, device: _Device, nbytes: int, then: Callable[[], None]) -> None:
+        """Device -> replica: up the link, then through the replica's ingress, then ``then``."""
+        arrival = device.up.release_ms(self.now, nbytes)
+        self._at(arrival, partial(self._ingress, device, then))
+
+    def _send_down(self, device: _Device, nbytes: int, then: Callable[[], None]) -> None:
+        """Replica -> device: through the ingress, then down the link, then ``then`` on the device."""
+        self._ingress(device, partial(self._down_link, device, nbytes, then))
+
+    def _down_link(self, device: _Device, nbytes: int, then: Callable[[], None]) -> None:
+        self._at(device.down.release_ms(self.now, nbytes), then)
+
+    def _ingress(self, device: _Device, then: Callable[[], None] | None) -> None:
+        """One message joins the replica's ingress queue now (FIFO, one server)."""
+        replica = self.replicas[device.replica]
+        start = max(self.now, replica.ingress_free_ms)
+        replica.ingress_free_ms = start + self.message_ms
+        replica.ingress_busy_ms += self._within_run(start, replica.ingress_free_ms)
+        if then is not None:
+            self._at(replica.ingress_free_ms, then)
 
     # ---- speculative path -----------------------------------------------------------------
 
     def _open_session(self, device: _Device) -> None:
-        cal = self.cal
-        at_replica = device.up.release_ms(self.now, cal.open_bytes)
-        opened = device.down.release_ms(at_replica + cal.prefill_ms + cal.round_overhead_ms, cal.down_bytes_per_round)
-        self._at(opened, self._begin_round, device)
+        self._send_up(device, self.cal.open_bytes, partial(self._admit, device, self._opened))
+
+    def _opened(self, device: _Device) -> None:
+        self._send_down(device, self.cal.down_bytes_per_round, partial(self._begin_round, device))
 
     def _begin_round(self, device: _Device) -> None:
         remaining = self.budget - device.tokens
@@ -163,12 +204,14 @@ class FleetSimulation:
         to_draft = max(0, device.k - device.ahead_credit)
         device.ahead_credit = 0
         device.draft_ms = to_draft * self.cal.draft_ms_per_token * self._noise_factor(device)
-        self._at(self.now + device.draft_ms, self._send_block, device)
+        self._at(self.now + device.draft_ms, partial(self._send_block, device))
 
     def _send_block(self, device: _Device) -> None:
         device.sent_ms = self.now
-        arrival = device.up.release_ms(self.now, self.cal.up_bytes(device.k))
-        self._at(arrival + self.cal.round_overhead_ms, self._enqueue, device)
+        self._send_up(device, self.cal.up_bytes(device.k), partial(self._after_round_overhead, device))
+
+    def _after_round_overhead(self, device: _Device) -> None:
+        self._at(self.now + self.cal.round_overhead_ms, partial(self._enqueue, device))
 
     def _verdict(self, device: _Device) -> None:
         k, n = device.k, device.accepted_now
@@ -186,8 +229,13 @@ class FleetSimulation:
                 device.ahead_credit = min(made - 1, self.config.k_max)
         if device.tokens >= self.budget:
             device.finish_ms = self.now
+            self._send_up(device, self.cal.up_bytes_base, partial(self._close_session, device))
             return
         self._begin_round(device)
+
+    def _close_session(self, device: _Device) -> None:
+        self._release(device)
+        self._ingress(device, None)  # Closed: load on the ingress; the device no longer waits
 
     def _draw_accepted(self, device: _Device) -> int:
         n = 0
@@ -204,8 +252,15 @@ class FleetSimulation:
 
     def _open_generate(self, device: _Device) -> None:
         device.steps_left = self.budget
-        at_replica = device.up.release_ms(self.now, self.cal.open_bytes)
-        self._at(at_replica + self.cal.prefill_ms, self._enqueue, device)
+        self._send_up(device, self.cal.open_bytes, partial(self._admit, device, self._enqueue))
+
+    def _token_leaves(self, device: _Device) -> None:
+        """A token's message left the ingress: it goes down, and the generator resumes."""
+        self._down_link(device, self.cal.down_bytes_per_token, partial(self._token_arrives, device))
+        if device.steps_left > 0:
+            self._at(self.now + self.cal.stream_overhead_ms, partial(self._enqueue, device))
+        else:
+            self._release(device)
 
     def _token_arrives(self, device: _Device) -> None:
         device.tokens += 1
@@ -215,57 +270,77 @@ class FleetSimulation:
 
     # ---- replicas -------------------------------------------------------------------------
 
+    def _admit(self, device: _Device, then: Callable[[_Device], None]) -> None:
+        """The session takes a slot (the scheduler now expects it) and its prompt is prefilled."""
+        replica = self.replicas[device.replica]
+        replica.open_sessions += 1
+        done = self._on_model(replica, self.cal.prefill_ms)
+        self._at(done, partial(then, device))
+
+    def _release(self, device: _Device) -> None:
+        self.replicas[device.replica].open_sessions -= 1
+
+    def _on_model(self, replica: _Replica, duration_ms: float) -> float:
+        """Queues ``duration_ms`` of work on the model thread; returns when it ends."""
+        start = max(self.now, replica.model_free_ms)
+        replica.model_free_ms = start + duration_ms
+        replica.busy_ms += self._within_run(start, replica.model_free_ms)
+        return replica.model_free_ms
+
     def _enqueue(self, device: _Device) -> None:
         replica = self.replicas[device.replica]
-        replica.queue.append((self.now, device))
-        self._request_batch(replica)
-
-    def _request_batch(self, replica: _Replica) -> None:
-        """Schedules the next forward: when the queue is full, else batch_wait after its oldest row."""
-        if replica.busy or not replica.queue:
-            return
-        if len(replica.queue) >= self.config.max_batch_size:
-            start = self.now
+        replica.queue.append(device)
+        if replica.in_forward:
+            return  # joins the batch gathered once the forward ends
+        if replica.gathering:
+            self._check_gather(replica)
         else:
-            start = max(self.now, replica.queue[0][0] + self.config.batch_wait_ms)
-        if replica.start_at is not None and replica.start_at <= start:
-            return
-        replica.start_at = start
-        replica.generation += 1
-        self._at(start, self._start_batch, (replica, replica.generation), priority=1)
+            self._begin_gather(replica)
 
-    def _start_batch(self, scheduled) -> None:
-        replica, generation = scheduled
-        if generation != replica.generation or replica.busy:
-            return
-        replica.start_at = None
+    def _begin_gather(self, replica: _Replica) -> None:
+        """The model is free and a row waits: the other open sessions get batch_wait_ms to join."""
+        replica.gathering = True
+        replica.gather_id += 1
+        if self.config.batch_wait_ms > 0:
+            deadline = self.now + self.config.batch_wait_ms
+            self._at(deadline, partial(self._close_batch, replica, replica.gather_id), priority=1)
+        self._check_gather(replica)
+
+    def _check_gather(self, replica: _Replica) -> None:
+        expected = min(self.config.max_batch_size, max(replica.open_sessions, 1))
+        if len(replica.queue) >= expected or self.config.batch_wait_ms == 0:
+            self._at(self.now, partial(self._close_batch, replica, replica.gather_id), priority=1)
+
+    def _close_batch(self, replica: _Replica, gather_id: int) -> None:
+        if not replica.gathering or gather_id != replica.gather_id:
+            return  # this batch already closed
+        replica.gathering = False
+        replica.gather_id += 1
         size = min(len(replica.queue), self.config.max_batch_size)
-        rows = [replica.queue.popleft()[1] for _ in range(size)]
+        rows = [replica.queue.popleft() for _ in range(size)]
         tokens_per_row = max(d.k + 1 for d in rows) if self.path == SPECULATIVE else 1
-        duration = self.cal.verify(size, tokens_per_row)
-        replica.busy = True
-        replica.busy_ms += min(self.now + duration, self.end_ms) - self.now
+        replica.in_forward = True
         replica.batch_sizes[size] += 1
-        self._at(self.now + duration, self._finish_batch, (replica, rows))
+        done = self._on_model(replica, self.cal.verify(size, tokens_per_row))
+        self._at(done, partial(self._finish_batch, replica, rows))
 
-    def _finish_batch(self, batch) -> None:
-        replica, rows = batch
-        replica.busy = False
-        cal = self.cal
+    def _finish_batch(self, replica: _Replica, rows: list[_Device]) -> None:
+        replica.in_forward = False
         for device in rows:
             if self.path == SPECULATIVE:
                 device.accepted_now = self._draw_accepted(device)
-                arrival = device.down.release_ms(self.now, cal.down_bytes_per_round)
-                self._at(arrival, self._verdict, device)
+                self._send_down(device, self.cal.down_bytes_per_round, partial(self._verdict, device))
             else:
-                arrival = device.down.release_ms(self.now, cal.down_bytes_per_token)
-                self._at(arrival, self._token_arrives, device)
                 device.steps_left -= 1
-                if device.steps_left > 0:
-                    self._at(self.now + cal.stream_overhead_ms, self._enqueue, device)
-        self._request_batch(replica)
+                self._ingress(device, partial(self._token_leaves, device))
+        if replica.queue:
+            self._begin_gather(replica)
 
     # ---- figures --------------------------------------------------------------------------
+
+    def _within_run(self, start: float, end: float) -> float:
+        """The part of [start, end) inside the run (a duration-bounded run stops counting)."""
+        return max(0.0, min(end, self.end_ms) - min(start, self.end_ms))
 
     def _result(self) -> PathResult:
         bounded = not math.isinf(self.end_ms)
@@ -289,6 +364,7 @@ class FleetSimulation:
             replica_busy_ms=[r.busy_ms for r in self.replicas],
             batch_sizes=dict(batch_sizes),
             devices_without_tokens=sum(1 for d in self.devices if d.tokens == 0),
+            ingress_busy_ms=[r.ingress_busy_ms for r in self.replicas],
         )
 
 

@@ -6,7 +6,8 @@ Terms:
   tokens it received; with a duration, (duration - start) / tokens received by then. The
   mean, p50 and p90 are taken over devices.
 - **speedup**: mean cloud-only ms/token / mean speculative ms/token (> 1: speculation wins).
-- **utilisation** of a replica: the fraction of the run it spent in forwards.
+- **utilisation** of a replica: the fraction of the run its model spent in forwards and
+  prefills; **ingress utilisation**: the fraction its ingress (proxy and I/O) was busy.
 - **capacity**: tokens delivered to all devices per second of the run.
 - **acceptance length**: tokens committed per round, the bonus/recovered token included
   (1 + accepted drafts / rounds, from raw verdicts, before any token budget cuts a round short).
@@ -38,6 +39,7 @@ class PathResult:
     replica_busy_ms: list[float]
     batch_sizes: dict[int, int]  # batch size -> forwards of that size
     devices_without_tokens: int = 0
+    ingress_busy_ms: list[float] = field(default_factory=list)
 
     @property
     def mean_ms_per_token(self) -> float:
@@ -62,6 +64,10 @@ class PathResult:
     @property
     def mean_utilisation(self) -> float:
         return float(np.mean(self.utilisation))
+
+    @property
+    def ingress_utilisation(self) -> list[float]:
+        return [busy / self.sim_ms if self.sim_ms > 0 else 0.0 for busy in self.ingress_busy_ms]
 
     @property
     def forwards(self) -> int:
@@ -99,6 +105,7 @@ class PathResult:
             "mean_k": self.mean_k,
             "capacity_tokens_per_s": self.capacity_tokens_per_s,
             "replica_utilisation": self.utilisation,
+            "ingress_utilisation": self.ingress_utilisation,
             "mean_batch_size": self.mean_batch_size,
             "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
             "sim_s": self.sim_ms / 1000.0,
@@ -151,7 +158,8 @@ class SimResult:
             ("acceptance length", lambda p: f"{p.acceptance_length:.2f}" if p.path == "speculative" else "-"),
             ("mean k", lambda p: f"{p.mean_k:.2f}" if p.path == "speculative" else "-"),
             ("capacity tok/s", lambda p: f"{p.capacity_tokens_per_s:.1f}"),
-            ("utilisation", lambda p: " ".join(f"{u:.2f}" for u in p.utilisation[:8]) + (" ..." if len(p.utilisation) > 8 else "")),
+            ("utilisation", lambda p: _fractions(p.utilisation)),
+            ("ingress utilisation", lambda p: _fractions(p.ingress_utilisation)),
             ("mean batch", lambda p: f"{p.mean_batch_size:.2f}"),
             ("simulated s", lambda p: f"{p.sim_ms / 1000:.2f}"),
         ]
@@ -168,6 +176,10 @@ class SimResult:
         if busy_without:
             lines.append(f"note: {busy_without} device run(s) received no token before the end (ms/token = inf)")
         return "\n".join(lines)
+
+
+def _fractions(values: list[float], shown: int = 8) -> str:
+    return " ".join(f"{v:.2f}" for v in values[:shown]) + (" ..." if len(values) > shown else "")
 
 
 def finite_json(value):

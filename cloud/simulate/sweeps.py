@@ -97,7 +97,7 @@ def capacity_vs_devices(
     replicas: int = 1,
     k: int | str = 4,
     max_batch_size: int = 32,
-    batch_wait_ms: float = 0.0,
+    batch_wait_ms: float = 5.0,
     duration_s: float = 20.0,
     draft_ahead: bool = False,
     seed: int = 0,
