@@ -193,6 +193,15 @@ def test_a_batch_closes_once_every_open_session_is_in_and_respects_the_cap():
     assert result.mean_utilisation > 0.95  # no forward waited 500 ms for a seventh session
 
 
+def test_prefills_queue_on_the_model_thread():
+    # The replica prefills on its one model thread, first come first served: with 8 sessions
+    # opening at once even the first one's decode step queues behind all 8 prefills.
+    calibration = free_network(prefill_ms=10.0, verify=VerifyModel(a_ms=1.0, b_ms=0.0, c_ms=0.0))
+    result = simulate_path(FleetConfig(devices=8, link_mix=ZERO_LINK, tokens_per_device=1), calibration, CLOUD_ONLY)
+    assert 8 * 10.0 < min(result.ms_per_token) <= max(result.ms_per_token) < 8 * 10.0 + 10.0
+    assert result.mean_utilisation > 0.9
+
+
 # ---- the ingress (proxy and replica I/O) ---------------------------------------------------
 
 
@@ -215,7 +224,8 @@ def test_ingress_saturates_at_one_round_per_two_service_times():
         acceptance=(1.0,), draft_ms_per_token=5.0, verify=VerifyModel(a_ms=0.1, b_ms=0.0, c_ms=0.0),
         ingress_ms_per_round_message=s,
     )
-    runs = {n: simulate_path(FleetConfig(devices=n, link_mix=ZERO_LINK, k=1, duration_s=4.0), calibration) for n in (1, 4, 16)}
+    configs = {n: FleetConfig(devices=n, link_mix=ZERO_LINK, k=1, duration_s=4.0) for n in (1, 4, 16)}
+    runs = {n: simulate_path(config, calibration) for n, config in configs.items()}
     alone = 5.0 + 2 * s + 0.1  # one device is not limited by the ingress
     assert runs[1].mean_ms_per_token == pytest.approx(alone / tokens_per_round, rel=0.01)
     for n in (4, 16):  # n devices want more than 1 / (2 s) rounds/s: each gets 1/n of it
@@ -311,7 +321,8 @@ def test_calibration_json_round_trip_and_table_interpolation(tmp_path):
     assert (legacy.stream_overhead_ms, legacy.ingress_ms_per_stream_message) == (6.0, 0.0)
     path.write_text(json.dumps({"ingress_ms_per_round_message": 4.0}))
     current = Calibration.load(path)
-    assert current.round_overhead_ms == 0.0 and current.ingress_ms_per_stream_message == Calibration().ingress_ms_per_stream_message
+    assert current.round_overhead_ms == 0.0
+    assert current.ingress_ms_per_stream_message == Calibration().ingress_ms_per_stream_message
     path.write_text(json.dumps({"acceptence": [0.5]}))
     with pytest.raises(ValueError, match="acceptence"):
         Calibration.load(path)
@@ -359,3 +370,29 @@ def test_cli_writes_result_json(tmp_path, capsys):
     assert Calibration.load(tmp_path / "calibration.json") == Calibration.default()
     bad = parser.parse_args(["--link-mix", "dialup:1"])
     assert cli.run(bad) == 2
+
+
+def test_bench_calibration_fills_the_ingress_from_single_sessions():
+    from types import SimpleNamespace
+
+    from edgespec.cloud.bench.calibrate import calibrate
+    from edgespec.edge.stats import RequestStats
+    from edgespec.edge.types import Result, RoundRecord
+
+    verify = VerifyModel(a_ms=2.0, b_ms=0.0, c_ms=0.5)  # verify(1, 5) = 4.5, verify(1, 1) = 2.5
+    rounds = [RoundRecord(4, (1, 2, 3, 4), 1, 9, draft_ms=2.0, wait_ms=4.5 + 8.0, batch_size=1) for _ in range(6)]
+    spec_stats = RequestStats(rounds=6, drafted=24, accepted=6, generated=12, wall_s=0.2, draft_s=0.012)
+    spec = Result("", [1, 9] * 6, [5], "length", spec_stats, rounds)
+    # 33 tokens: the first at 20 ms (request, prefill), then one every 2.5 + 6 ms.
+    cloud_stats = RequestStats(generated=33, wall_s=(20 + 32 * 8.5) / 1000, first_token_s=0.020)
+    cloud = Result("", [1] * 33, [5], "length", cloud_stats)
+    harness = SimpleNamespace(
+        run=lambda prompts, params, label: [spec],
+        cloud_only=lambda prompt, params: cloud,
+        client=SimpleNamespace(draft=SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids: "x" * len(ids)))),
+        target="t", draft="d",
+    )
+    calibration = calibrate(harness, ["p"], verify, 3.0, k=4, progress=lambda line: None)
+    assert calibration.ingress_ms_per_round_message == pytest.approx(4.0)
+    assert calibration.ingress_ms_per_stream_message == pytest.approx(6.0)
+    assert calibration.round_overhead_ms == calibration.stream_overhead_ms == 0.0

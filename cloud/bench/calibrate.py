@@ -4,8 +4,11 @@
   tokens per row), each row with a realistic context;
 - draft ms/token, acceptance at each position, message sizes: a greedy loopback run of the
   real client at k = k_max through the Serve gRPC path;
-- round overhead: that run's send -> verdict time minus the server-reported forward time;
-- stream overhead: cloud-only ms/token minus one decode step.
+- the ingress (proxy and replica I/O, a queue shared by the replica's sessions; see
+  ``edgespec.cloud.simulate.calibration``), from single sessions only: per round message, half
+  of that run's send -> verdict time minus the forward time; per streamed message, the steady
+  cloud-only ms/token (after the first token) minus one decode step. All of that overhead is
+  taken to be queueing CPU work (non-queueing remainders 0).
 """
 
 from __future__ import annotations
@@ -80,14 +83,21 @@ def calibrate(
     acceptance = tuple(by_position.get(i, 0.0) for i in range(1, k + 1))
     rounds = [r for result in spec for r in result.rounds]
     server_ms = [verify(1, r.k + 1) for r in rounds]
-    overhead = statistics.median(r.wait_ms - s for r, s in zip(rounds, server_ms))
+    round_overhead = max(statistics.median(r.wait_ms - s for r, s in zip(rounds, server_ms)), 0.0)
     cloud_summary = Summary.of(cloud)
+    # Steady state: the first token also carries the request and the prefill.
+    steady = [
+        1000.0 * (c.stats.wall_s - c.stats.first_token_s) / (c.stats.generated - 1) for c in cloud if c.stats.generated > 1
+    ]
+    cloud_ms_per_token = statistics.median(steady) if steady else cloud_summary.ms_per_token
+    stream_message_ms = max(cloud_ms_per_token - verify(1, 1), 0.0)
     spec_summary = Summary.of(spec)
     rounds_total = max(spec_summary.rounds, 1)
     up_per_round = sum(s.stats.bytes_sent for s in spec) / rounds_total
     down_per_round = sum(s.stats.bytes_received for s in spec) / rounds_total
     down_per_token = sum(c.stats.bytes_received for c in cloud) / max(cloud_summary.tokens, 1)
-    progress(f"  calibration: draft {spec_summary.draft_ms_per_token:.2f} ms/token, round overhead {overhead:.2f} ms, "
+    progress(f"  calibration: draft {spec_summary.draft_ms_per_token:.2f} ms/token, round overhead {round_overhead:.2f} ms "
+             f"(ingress {round_overhead / 2:.2f} ms/message), stream ingress {stream_message_ms:.2f} ms/message, "
              f"acceptance by position {[round(a, 2) for a in acceptance]}")
     return Calibration(
         source=f"measured on this machine: target {harness.target}, draft {harness.draft}, loopback, {len(prompts)} prompts",
@@ -95,8 +105,10 @@ def calibrate(
         draft_cv=0.1,
         acceptance=acceptance,
         verify=verify,
-        round_overhead_ms=max(overhead, 0.0),
-        stream_overhead_ms=max(cloud_summary.ms_per_token - verify(1, 1), 0.0),
+        ingress_ms_per_round_message=round_overhead / 2,  # Draft in, Verdict out
+        ingress_ms_per_stream_message=stream_message_ms,
+        round_overhead_ms=0.0,
+        stream_overhead_ms=0.0,
         prefill_ms=prefill_ms,
         # Payload + gRPC framing as counted by the client; HTTP/2 frame headers add ~9 B each.
         up_bytes_base=max(int(up_per_round - 2 * spec_summary.mean_k), 1),

@@ -36,7 +36,10 @@ def run_links(args, prompts: list[str], out: Path, progress) -> int:
     k = int(args.k) if str(args.k).isdigit() else 4
     with Harness(args.target, args.draft, server=args.server, progress=progress, max_sessions=sessions + 8) as harness:
         harness.warm_up(prompts[0])
-        progress("[1/4] calibrating the simulator on loopback")
+        progress("[1/4] calibrating the simulator (one session, through the emulator's loopback profile)")
+        # Through the emulator, so its own per-message cost is in the calibration like in every
+        # measurement it is compared with; the profile itself adds no delay.
+        harness.use_link(get_profile("loopback"))
         verify, prefill_ms = time_verify_table(args.target)
         calibration = calibrate(harness, prompts[:4], verify, prefill_ms, k=8, max_new_tokens=tokens, progress=progress)
         calibration.save(out / "calibration.json")
