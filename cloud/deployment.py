@@ -101,15 +101,8 @@ class VerifierDeployment:
                     break
                 else:
                     raise SessionError(grpc.StatusCode.INVALID_ARGUMENT, "empty SessionRequest: set open, draft or close")
-        except SessionError as exc:
-            self.metrics.error(exc.code)
-            raise self._fail(grpc_context, exc.code, exc.message) from None
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
-            log.exception("session %s failed", session_id)
-            self.metrics.error(grpc.StatusCode.INTERNAL)
-            raise self._fail(grpc_context, grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; reopen the session to continue") from None
+            raise self._status(grpc_context, exc, f"session {session_id}") from None
         finally:
             if session is not None:
                 self._release(session)
@@ -167,15 +160,8 @@ class VerifierDeployment:
                     finished=verdict.finish is not Finish.NONE,
                     finish_reason=codec.FINISH_REASONS[verdict.finish],
                 )
-        except SessionError as exc:
-            self.metrics.error(exc.code)
-            raise self._fail(grpc_context, exc.code, exc.message) from None
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
-            log.exception("generate failed")
-            self.metrics.error(grpc.StatusCode.INTERNAL)
-            raise self._fail(grpc_context, grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}") from None
+            raise self._status(grpc_context, exc, "generate") from None
         finally:
             if session is not None:
                 self._release(session)
@@ -225,6 +211,20 @@ class VerifierDeployment:
     async def _on_model_thread(self, fn, *args, **kwargs):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._model_thread, lambda: fn(*args, **kwargs))
+
+    def _status(self, grpc_context, exc: Exception, what: str) -> Exception:
+        """Turns an exception of a stream into the status its client receives.
+
+        A SessionError is the client's to fix and keeps its code; anything else is ours
+        (INTERNAL, logged with its traceback). Cancellation is a BaseException and passes.
+        """
+        if isinstance(exc, SessionError):
+            code, message = exc.code, exc.message
+        else:
+            log.exception("%s failed", what)
+            code, message = grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; reopen the session to continue"
+        self.metrics.error(code)
+        return self._fail(grpc_context, code, message)
 
     @staticmethod
     def _fail(grpc_context, code: grpc.StatusCode, message: str) -> Exception:

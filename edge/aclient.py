@@ -18,7 +18,7 @@ from edgespec.edge.detok import IncrementalDecoder
 from edgespec.edge.draft import DraftModel
 from edgespec.edge.errors import EdgespecError, TokenizerMismatchError, from_rpc_error, is_retryable
 from edgespec.edge.stats import RequestStats
-from edgespec.edge.speculate import FINISH_NAMES, GRPC_FRAME_HEADER, SpeculativeRun, backoff_s
+from edgespec.edge.speculate import SpeculativeRun, backoff_s, cloud_tokens, generate_request
 from edgespec.edge.types import GenerationParams, Result, ServerInfo
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
@@ -132,36 +132,18 @@ class AsyncEdgeClient:
         prompt_ids = self.encode(prompt)
         gen = GenerationParams(**params)
         await self.info()
-        stop = gen.stop_token_ids
-        request = pb.GenerateRequest(
-            prompt_ids=prompt_ids,
-            sampling=pb.SamplingParams(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p, seed=gen.seed),
-            tokenizer_fingerprint=self.draft.manifest.tokenizer_fingerprint,
-            max_new_tokens=gen.max_new_tokens,
-            stop_token_ids=list(self.draft.manifest.eos_token_ids if stop is None else stop),
-        )
-        stats = RequestStats(bytes_sent=request.ByteSize() + GRPC_FRAME_HEADER)
+        stop = self.draft.manifest.eos_token_ids if gen.stop_token_ids is None else gen.stop_token_ids
+        request = generate_request(prompt_ids, gen, self.draft.manifest, stop, gen.max_new_tokens)
+        stats = RequestStats()
         tokens: list[int] = []
         finish = ""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        try:
-            call = self._stub.Generate(request)
-            while True:
-                reply = await asyncio.wait_for(call.read(), self.timeout)
-                if reply is grpc.aio.EOF:
-                    break
-                if not tokens:
-                    stats.first_token_s = loop.time() - started
-                stats.bytes_received += reply.ByteSize() + GRPC_FRAME_HEADER
-                tokens.extend(reply.token_ids)
-                stats.target_calls += len(reply.token_ids)
-                if reply.finished:
-                    finish = FINISH_NAMES.get(reply.finish_reason, "unknown")
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        async for new_tokens, finish in cloud_tokens(self._stub, request, self.timeout, stats):
+            if not tokens:
+                stats.first_token_s = loop.time() - started
+            tokens.extend(new_tokens)
         stats.wall_s = loop.time() - started
-        stats.generated = len(tokens)
         text = self.draft.tokenizer.decode(tokens, skip_special_tokens=False)
         return Result(text=text, token_ids=tokens, prompt_ids=prompt_ids, finish_reason=finish, stats=stats)
 

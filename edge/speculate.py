@@ -57,6 +57,36 @@ def sampling_proto(params: GenerationParams) -> pb.SamplingParams:
     return pb.SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=params.seed)
 
 
+def generate_request(prompt_ids: list[int], params: GenerationParams, manifest, stop_token_ids, max_new_tokens: int):
+    return pb.GenerateRequest(
+        prompt_ids=prompt_ids,
+        sampling=sampling_proto(params),
+        tokenizer_fingerprint=manifest.tokenizer_fingerprint,
+        max_new_tokens=max_new_tokens,
+        stop_token_ids=list(stop_token_ids),
+    )
+
+
+async def cloud_tokens(stub, request: pb.GenerateRequest, timeout: float, stats: RequestStats):
+    """Streams a Generate call: yields (new tokens, finish reason or "") per message."""
+    stats.bytes_sent += request.ByteSize() + GRPC_FRAME_HEADER
+    try:
+        call = stub.Generate(request)
+        while True:
+            reply = await asyncio.wait_for(call.read(), timeout)
+            if reply is grpc.aio.EOF:
+                return
+            stats.bytes_received += reply.ByteSize() + GRPC_FRAME_HEADER
+            tokens = list(reply.token_ids)
+            stats.generated += len(tokens)
+            stats.target_calls += len(tokens)
+            yield tokens, FINISH_NAMES.get(reply.finish_reason, "unknown") if reply.finished else ""
+    except asyncio.TimeoutError:
+        raise RequestTimeoutError(f"no token within {timeout:g}s") from None
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
 class SpeculativeRun:
     """One generation request; iterate ``chunks()`` for the tokens as they are committed."""
 
@@ -261,33 +291,13 @@ class SpeculativeRun:
 
     async def _cloud_only_rest(self) -> AsyncIterator[list[int]]:
         """Past the draft's context limit the target finishes alone (Generate RPC)."""
-        request = pb.GenerateRequest(
-            prompt_ids=self.committed,
-            sampling=sampling_proto(self.params),
-            tokenizer_fingerprint=self.draft.manifest.tokenizer_fingerprint,
-            max_new_tokens=self.remaining,
-            stop_token_ids=self.stop_token_ids,
-        )
-        self.stats.bytes_sent += request.ByteSize() + GRPC_FRAME_HEADER
-        try:
-            call = self.stub.Generate(request)
-            while True:
-                reply = await asyncio.wait_for(call.read(), self.timeout)
-                if reply is grpc.aio.EOF:
-                    break
-                self.stats.bytes_received += reply.ByteSize() + GRPC_FRAME_HEADER
-                tokens = list(reply.token_ids)
-                self.committed.extend(tokens)
-                self.generated.extend(tokens)
-                self.stats.generated += len(tokens)
-                self.stats.target_calls += len(tokens)
-                self.stats.cloud_only_tokens += len(tokens)
-                yield tokens
-                if reply.finished:
-                    self.finish_reason = FINISH_NAMES.get(reply.finish_reason, "unknown")
-                    return
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        request = generate_request(self.committed, self.params, self.draft.manifest, self.stop_token_ids, self.remaining)
+        async for tokens, finish in cloud_tokens(self.stub, request, self.timeout, self.stats):
+            self.committed.extend(tokens)
+            self.generated.extend(tokens)
+            self.stats.cloud_only_tokens += len(tokens)
+            self.finish_reason = finish
+            yield tokens
 
     # ---- wire ----------------------------------------------------------------------------
 
