@@ -238,3 +238,47 @@ def test_replica_restart_mid_generation_is_resumed(server, references, target_mo
     assert result.stats.resumes >= 1
     assert len(result.token_ids) == 60
     assert result.token_ids == reference_greedy(target_model, list(prompt_ids), 60)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "exact"])
+def test_output_through_a_faulty_emulated_link_equals_the_clean_run(server, mode):
+    """A 4G-like link that stalls and resets connections on a schedule: same tokens as loopback."""
+    from edgespec.cloud.link import LinkEmulator
+    from edgespec.cloud.link_profiles import Faults, get_profile
+
+    params = dict(max_new_tokens=40, k=3, stop_token_ids=(), seed=3)
+    if mode == "exact":
+        params.update(temperature=0.8, mode="exact")
+    with EdgeClient(server.address, server.pair.draft_dir) as client:
+        clean = client.generate(PROMPTS[6], **params)
+    faults = Faults(reset_after_s=0.8, stall_every_s=0.5, stall_for_s=0.2)
+    with LinkEmulator(server.address, get_profile("4g"), faults=faults, seed=1) as link:
+        with EdgeClient(link.address, server.pair.draft_dir, max_retries=20, timeout=10) as client:
+            faulty = client.generate(PROMPTS[6], **params)
+        assert link.resets >= 1
+    assert faulty.stats.resumes >= 1
+    assert faulty.token_ids == clean.token_ids
+
+
+def test_tokenizer_mismatch_is_refused_naming_both(server, tmp_path):
+    """A draft exported with another tokenizer is refused before any session opens."""
+    import json
+    import shutil
+
+    from edgespec.cloud.tiny import corpus_text, train_tokenizer
+    from edgespec.edge.errors import TokenizerMismatchError
+    from edgespec.edge.tokenizer import fingerprint
+
+    other = tmp_path / "other-draft"
+    shutil.copytree(server.pair.draft_dir, other)
+    tokenizer = train_tokenizer(corpus_text()[:2], vocab_size=512)
+    tokenizer.save(str(other / "tokenizer.json"))
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["tokenizer_fingerprint"] = fingerprint(tokenizer)
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with EdgeClient(server.address, other) as client:
+        with pytest.raises(TokenizerMismatchError) as caught:
+            client.generate("def f(", max_new_tokens=4)
+    with EdgeClient(server.address, server.pair.draft_dir) as client:
+        server_fp = client.info().tokenizer_fingerprint
+    assert fingerprint(tokenizer) in str(caught.value) and server_fp in str(caught.value)
