@@ -155,3 +155,26 @@ def test_distill_reduces_kl_and_resumes(pair, tmp_path):
         distill(DistillConfig(**common, tokens=16_000))
     resumed = distill(DistillConfig(**common, tokens=16_000, resume=True))
     assert resumed.steps > report.steps and resumed.before == report.before
+
+
+def test_token_sources_accept_every_documented_format(pair, tmp_path):
+    from edgespec.cloud.token_data import load_token_source
+    from edgespec.edge.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(pair.target_dir)
+    text = "def f(x):\n    return x + 1\n"
+    (tmp_path / "one.txt").write_text(text)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"text": text}) + "\n\n" + json.dumps({"text": text}) + "\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "a.py").write_text(text)
+    (tmp_path / "dir" / "b.txt").write_text(text)
+    (tmp_path / "dir" / "skip.bin").write_bytes(b"\x00\x01")
+    n = len(tokenizer.encode(text).ids) + 1  # + EOS
+    assert len(load_token_source(tmp_path / "one.txt", tokenizer, 0, 512)) == n
+    assert len(load_token_source(tmp_path / "rows.jsonl", tokenizer, 0, 512)) == 2 * n
+    assert len(load_token_source(tmp_path / "dir", tokenizer, 0, 512)) == 2 * n
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"content": text}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_token_source(tmp_path / "bad.jsonl", tokenizer, 0, 512)
+    with pytest.raises(ValueError, match="vocab size"):
+        load_token_source(tmp_path / "one.txt", tokenizer, 0, 10)

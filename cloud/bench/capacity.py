@@ -59,9 +59,15 @@ async def _run_arm(server: str, drafts: list[DraftModel], prompts: list[str], pa
 def measure(server: str, draft_dir: Path, prompts: list[str], sessions: int, params: dict, first_cloud: bool) -> CapacityRow:
     drafts = [DraftModel(draft_dir, threads=1) for _ in range(sessions)]
     chosen = [prompts[i % len(prompts)] for i in range(sessions)]
-    arms = {}
-    for cloud_only in ((True, False) if first_cloud else (False, True)):
-        arms[cloud_only] = asyncio.run(_run_arm(server, drafts, chosen, params, cloud_only))
+
+    async def both_arms() -> dict:
+        # One event loop for both arms: gRPC's aio poller outlives a loop closed under it.
+        return {
+            cloud_only: await _run_arm(server, drafts, chosen, params, cloud_only)
+            for cloud_only in ((True, False) if first_cloud else (False, True))
+        }
+
+    arms = asyncio.run(both_arms())
     (spec, spec_wall), (cloud, cloud_wall) = arms[False], arms[True]
     batches = [b for r in spec for b in r.stats.server_batch_sizes] or [0]
     rounds = sum(r.stats.rounds for r in spec)

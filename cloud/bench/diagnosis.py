@@ -30,27 +30,48 @@ _KINDS = {
 
 
 def char_categories(text: str) -> list[str]:
-    """The token kind of every character of ``text`` (best effort on incomplete code)."""
+    """The token kind of every character of ``text`` (best effort on incomplete code).
+
+    Samples start and end mid-file: a dedent below the sample's first indentation makes
+    Python's tokenizer stop, so tokenizing restarts at the offending line, which becomes
+    the new base indentation.
+    """
     kinds = ["whitespace" if ch.isspace() else "other" for ch in text]
     line_starts = [0]
     for line in text.splitlines(keepends=True):
         line_starts.append(line_starts[-1] + len(line))
+    first_line = 0  # where the current tokenizer run starts, as an index into line_starts
+    while first_line < len(line_starts) - 1:
+        failed_at = _classify_from(text, line_starts, first_line, kinds)
+        if failed_at is None:
+            break
+        # Restart at the failing line (or after it, when it is the run's first line).
+        first_line = failed_at if failed_at > first_line else first_line + 1
+    return kinds
+
+
+def _classify_from(text: str, line_starts: list[int], first_line: int, kinds: list[str]) -> int | None:
+    """Tokenizes from ``first_line``; returns the line index where an indentation error stopped it."""
+    base = line_starts[first_line]
+    offsets = [start - base for start in line_starts[first_line:]]
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        for tok in tokenize.generate_tokens(io.StringIO(text[base:]).readline):
             if tok.type == tokenize.NAME:
                 kind = "keyword" if keyword.iskeyword(tok.string) or keyword.issoftkeyword(tok.string) else "identifier"
             else:
                 kind = _KINDS.get(tok.type)
-            if kind is None or tok.start[0] > len(line_starts) - 1:
+            if kind is None or tok.start[0] > len(offsets) - 1:
                 continue
-            start = line_starts[tok.start[0] - 1] + tok.start[1]
-            end = line_starts[min(tok.end[0], len(line_starts)) - 1] + tok.end[1]
+            start = base + offsets[tok.start[0] - 1] + tok.start[1]
+            end = base + offsets[min(tok.end[0], len(offsets)) - 1] + tok.end[1]
             for i in range(start, min(end, len(text))):
                 if not (kind == "whitespace" and not text[i].isspace()):
                     kinds[i] = kind
-    except (tokenize.TokenError, IndentationError, SyntaxError):
+    except IndentationError as exc:
+        return first_line + max((exc.lineno or 1) - 1, 0)
+    except (tokenize.TokenError, SyntaxError):
         pass  # unfinished code at the end of a sample: keep what was classified
-    return kinds
+    return None
 
 
 def token_categories(decode, context_ids: list[int], token_ids: list[int]) -> list[str]:

@@ -90,7 +90,7 @@ def _profile_row(harness: Harness, profile, prompts, greedy, k, sessions, calibr
     progress(f"  {profile.name}: 1 and {sessions} concurrent sessions")
     # One session is a single generation per arm: average three (alternating arm order).
     singles = [
-        measure_sessions(harness.address, harness.draft, prompts[i:], 1, dict(greedy, k=k), first_cloud=i % 2 == 1)
+        measure_sessions(harness.address, harness.draft, [prompts[i % len(prompts)]], 1, dict(greedy, k=k), first_cloud=i % 2 == 1)
         for i in range(3)
     ]
     one = CapacityRow(
