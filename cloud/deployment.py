@@ -43,6 +43,7 @@ def resident_bytes() -> int:
     except (OSError, ValueError, IndexError):
         return 0
 
+
 DEPLOYMENT_NAME = "Verifier"
 
 
