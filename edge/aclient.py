@@ -1,8 +1,9 @@
 """The asyncio client: ``async with AsyncEdgeClient(server, draft) as c: await c.generate(...)``.
 
 It owns one gRPC channel and one draft model. The draft runs on a private thread, so an
-application's event loop is never blocked by drafting. Generations on one client run one at a
-time (they share the draft's cache); use one client per concurrent stream.
+application's event loop is never blocked by drafting. Concurrent generations on one client
+each get a fork of the draft (own context and KV cache, shared weights); their drafting takes
+turns on the draft thread.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class AsyncEdgeClient:
             self._channel = grpc.aio.secure_channel(server, credentials, options=list(channel_options))
         self._stub = pb_grpc.SpeculativeStub(self._channel)
         self._draft_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-draft")
-        self._lock = asyncio.Lock()
         self._info: ServerInfo | None = None
 
     async def __aenter__(self) -> "AsyncEdgeClient":
@@ -164,32 +164,31 @@ class AsyncTextStream:
 
     async def _pieces(self) -> AsyncIterator[str]:
         client = self._client
-        async with client._lock:
-            info = await client.info()
-            run = SpeculativeRun(
-                client._stub,
-                client.draft,
-                client._draft_thread,
-                self._prompt_ids,
-                self._params,
-                info,
-                timeout=client.timeout,
-                max_retries=client.max_retries,
-            )
-            try:
-                async for tokens in run.chunks():
-                    piece = self._decoder.push(tokens)
-                    if piece:
-                        yield piece
-            except EdgespecError as exc:
-                # Nothing committed is lost: the error carries what was generated before it.
-                self.result = self._result(run, finish_reason="error")
-                exc.partial = self.result
-                raise
-            tail = self._decoder.flush()
-            if tail:
-                yield tail
-            self.result = self._result(run, finish_reason=run.finish_reason)
+        info = await client.info()
+        run = SpeculativeRun(
+            client._stub,
+            client.draft.fork(),  # each generation its own context and cache, shared weights
+            client._draft_thread,
+            self._prompt_ids,
+            self._params,
+            info,
+            timeout=client.timeout,
+            max_retries=client.max_retries,
+        )
+        try:
+            async for tokens in run.chunks():
+                piece = self._decoder.push(tokens)
+                if piece:
+                    yield piece
+        except EdgespecError as exc:
+            # Nothing committed is lost: the error carries what was generated before it.
+            self.result = self._result(run, finish_reason="error")
+            exc.partial = self.result
+            raise
+        tail = self._decoder.flush()
+        if tail:
+            yield tail
+        self.result = self._result(run, finish_reason=run.finish_reason)
 
     def _result(self, run: SpeculativeRun, finish_reason: str) -> Result:
         return Result(

@@ -88,6 +88,20 @@ class DraftModel:
         self._past: list[np.ndarray] = []
         self.reset([])
 
+    def fork(self) -> "DraftModel":
+        """A draft with its own context and cache that shares this one's ONNX Runtime session.
+
+        Weights are loaded once; ``InferenceSession.run`` is thread-safe, so forks can serve
+        concurrent generations.
+        """
+        clone = object.__new__(DraftModel)
+        clone.model_dir, clone.manifest, clone.tokenizer = self.model_dir, self.manifest, self.tokenizer
+        clone.vocab_size, clone.session, clone._kv_dtype = self.vocab_size, self.session, self._kv_dtype
+        clone.stats = DraftStats()
+        clone.tokens, clone.cache_len, clone._past = [], 0, []
+        clone.reset([])
+        return clone
+
     def _open_session(self, threads: int, providers: list[str]) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads

@@ -218,3 +218,19 @@ def test_manifest_load_errors(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="head_dim"):
         DraftManifest.load(tmp_path)
+
+
+def test_forks_share_weights_but_not_context(draft_dir):
+    from edgespec.edge.draft import DraftModel
+
+    base = DraftModel(draft_dir)
+    fork = base.fork()
+    assert fork.session is base.session
+    base.reset([5, 6, 7])
+    fork.reset([9, 10])
+    a = base.propose(3).tokens
+    b = fork.propose(3).tokens
+    assert base.tokens == [5, 6, 7, *a] and fork.tokens == [9, 10, *b]
+    fresh = DraftModel(draft_dir)
+    fresh.reset([9, 10])
+    assert fresh.propose(3).tokens == b

@@ -282,3 +282,17 @@ def test_tokenizer_mismatch_is_refused_naming_both(server, tmp_path):
     with EdgeClient(server.address, server.pair.draft_dir) as client:
         server_fp = client.info().tokenizer_fingerprint
     assert fingerprint(tokenizer) in str(caught.value) and server_fp in str(caught.value)
+
+
+def test_one_client_runs_concurrent_generations(server, references):
+    """Generations on one client each get their own fork of the draft (context and cache)."""
+    items = list(references.items())[:5]
+
+    async def main():
+        async with AsyncEdgeClient(server.address, server.pair.draft_dir) as client:
+            return await asyncio.gather(
+                *(client.generate(list(ids), max_new_tokens=NEW_TOKENS, k=3, stop_token_ids=()) for ids, _ in items)
+            )
+
+    for (ids, expected), result in zip(items, asyncio.run(main())):
+        assert result.token_ids == expected

@@ -57,7 +57,8 @@ async def _run_arm(server: str, drafts: list[DraftModel], prompts: list[str], pa
 
 
 def measure(server: str, draft_dir: Path, prompts: list[str], sessions: int, params: dict, first_cloud: bool) -> CapacityRow:
-    drafts = [DraftModel(draft_dir, threads=1) for _ in range(sessions)]
+    base = DraftModel(draft_dir, threads=1)
+    drafts = [base.fork() for _ in range(sessions)]  # one device each: own client, cache and thread
     chosen = [prompts[i % len(prompts)] for i in range(sessions)]
 
     async def both_arms() -> dict:
