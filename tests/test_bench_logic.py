@@ -57,6 +57,15 @@ def test_char_categories_on_a_fragment_cut_mid_file():
     assert kinds[text.index("\n")] == "whitespace"
 
 
+def test_char_categories_of_a_docstring_still_open_at_the_end():
+    text = 'x = 1\ndef f():\n    """Return the path\n    of get'
+    kinds = char_categories(text)
+    assert kinds[text.index("x")] == "identifier"
+    assert kinds[text.index("def")] == "keyword"
+    for word in ('"""', "Return", "path", "get"):
+        assert kinds[text.index(word)] == "string", word
+
+
 def test_diagnosis_counts_judged_positions_and_rejections():
     vocab = {1: "x", 2: " =", 3: " 1", 4: "\n", 5: "y", 6: " +"}
     decode = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731

@@ -89,6 +89,9 @@ def test_ship_writes_fp16_target_and_matching_draft(data_dir, tmp_path):
     assert metrics["target"]["tokens"] == 64 * 2 * 4
     assert metrics["tokenizer_fingerprint"] == fingerprint(load_tokenizer(tmp_path / "shipped" / "draft-hf"))
     assert json.loads((tmp_path / "shipped" / "metrics.json").read_text())["draft"]["params"] > 0
+    card = (tmp_path / "shipped" / "README.md").read_text()
+    assert metrics["tokenizer_fingerprint"] in card
+    assert f"{metrics['target']['params']:,}" in card and f"{metrics['draft']['params']:,}" in card
 
 
 def test_train_demo_arguments_are_validated():

@@ -69,8 +69,16 @@ def _classify_from(text: str, line_starts: list[int], first_line: int, kinds: li
                     kinds[i] = kind
     except IndentationError as exc:
         return first_line + max((exc.lineno or 1) - 1, 0)
-    except (tokenize.TokenError, SyntaxError):
-        pass  # unfinished code at the end of a sample: keep what was classified
+    except tokenize.TokenError as exc:
+        # Unfinished code at the end of a sample: keep what was classified; a string still open
+        # at the end (a docstring being written) is a string up to the end.
+        where = exc.args[1] if len(exc.args) > 1 else None
+        if "string" in str(exc.args[0]) and isinstance(where, tuple) and where[0] <= len(offsets) - 1:
+            for i in range(base + offsets[where[0] - 1] + where[1], len(text)):
+                if not text[i].isspace():
+                    kinds[i] = "string"
+    except SyntaxError:
+        pass
     return None
 
 

@@ -6,6 +6,7 @@ Layout of the ship directory (default ``models/demo``)::
     draft-hf/      the distilled draft in fp32 (~3 MB), the source for ONNX re-export
     metrics.json   shapes, parameter counts, tokens, training time, losses, alignment figures,
                    tokenizer fingerprint, corpus split digest and the commands that rebuild it
+    README.md      the model card, written from metrics.json
 
 fp16 halves the target for the repository; the verifier upcasts or runs it as it likes. The
 draft stays fp32 so the ONNX export starts from the trained weights exactly.
@@ -78,12 +79,109 @@ def ship(out: Path, ship_dir: Path) -> dict:
         "target": {"params": target_params, "dtype": "float16", "source": str(target_src),
                    "config": json.loads((target_src / "config.json").read_text()), **_trainer_summary(target_src)},
         "draft_pretrained": _trainer_summary(out / "draft" / "final") if checkpoint_exists(out / "draft" / "final") else None,
-        "draft": {"params": draft_params, "dtype": "float32", "source": str(draft_src), **_trainer_summary(draft_src)},
+        "draft": {"params": draft_params, "dtype": "float32", "source": str(draft_src),
+                  "config": json.loads((draft_src / "config.json").read_text()), **_trainer_summary(draft_src)},
         "eval": json.loads(eval_file.read_text()) if eval_file.is_file() else None,
         "train_demo_invocations": [json.loads(line) for line in invocations.read_text().splitlines()] if invocations.is_file() else [],
     }
     if fingerprint(load_tokenizer(ship_dir / "draft-hf")) != metrics["tokenizer_fingerprint"]:
         raise RuntimeError("shipped target and draft tokenizers differ; refusing to ship a mismatched pair")
     (ship_dir / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    (ship_dir / "README.md").write_text(model_card(metrics))
     print(f"ship: {ship_dir}/target ({target_params:,} params, fp16), {ship_dir}/draft-hf ({draft_params:,} params), metrics.json")
     return metrics
+
+
+def _fmt(value, spec: str = ".3f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def model_card(metrics: dict) -> str:
+    """The demo pair's model card (markdown) from the shipped ``metrics.json``."""
+    target, draft, corpus = metrics["target"], metrics["draft"], metrics["corpus"]
+    config = target["config"]
+    pre = metrics.get("draft_pretrained") or {}
+    evals = metrics.get("eval") or {}
+    distilled, pretrained = evals.get("distilled") or {}, evals.get("pretrained") or {}
+    before, after = draft.get("readout_before") or {}, draft.get("readout_after") or {}
+    lines = [
+        "# edgespec demo pair",
+        "",
+        "A draft/target pair trained on this machine's CPU for the demo and the benchmarks: a deep,",
+        "narrow Llama-architecture **target** served by the verifier, and a one-layer **draft**",
+        "distilled towards it, run on the device in ONNX Runtime. Both share one byte-level BPE",
+        f"tokenizer (fingerprint `{metrics['tokenizer_fingerprint']}`). Trained from scratch; no hub weights.",
+        "",
+        "| | target (`target/`) | draft (`draft/` ONNX, `draft-hf/` torch) |",
+        "|---|---|---|",
+        f"| shape | {config['num_hidden_layers']} layers x {config['hidden_size']} hidden, "
+        f"{config['num_attention_heads']} heads | {draft['config']['num_hidden_layers']} layer x "
+        f"{draft['config']['hidden_size']} hidden, {draft['config']['num_attention_heads']} heads |",
+        f"| parameters | {target['params']:,} | {draft['params']:,} |",
+        f"| weights | {target['dtype']} safetensors | {draft['dtype']} (ONNX and safetensors) |",
+        f"| context | {config['max_position_embeddings']} tokens | same |",
+        f"| pretraining | {target['tokens']:,} tokens, {target['minutes']} min | "
+        f"{pre.get('tokens', 0):,} tokens, {pre.get('minutes', 'n/a')} min |",
+        f"| validation loss (nats/token) | {_fmt(target.get('val_loss'))} | "
+        f"{_fmt(pre.get('val_loss'))} pretrained, {_fmt(distilled.get('draft_val_loss'))} distilled |",
+        "",
+        "## Data",
+        "",
+        f"The Python {corpus['python_version']} standard library's source, split **by file** (a hash of the path)",
+        f"into train / validation / held-out ({100 - sum(corpus['fractions'].values())}/"
+        f"{corpus['fractions']['validation_percent']}/{corpus['fractions']['heldout_percent']} %): "
+        f"{corpus['tokens']['train']:,} / {corpus['tokens']['validation']:,} / {corpus['tokens']['heldout']:,} tokens.",
+        "Held-out files are never used for training, distillation or tuning; `prompts/heldout.jsonl` is cut",
+        f"from them and `prompts/tuning.jsonl` from validation files. Split digest `{corpus['split_digest'][:16]}...`",
+        "(in `prompts/stdlib-split.json` with the file lists).",
+        "",
+        "## Alignment",
+        "",
+        "The draft is distilled towards the target (`edgespec distill`): KL(p||q) on the target's logits,",
+        "half the batches on training text and half on the target's own greedy continuations.",
+        "",
+        "| readout (validation) | before distillation | after |",
+        "|---|---|---|",
+    ]
+    for key, label in (("kl", "KL(p‖q)"), ("alpha", "alpha = E[sum min(p, q)], T=1"), ("greedy_agreement", "greedy agreement"),
+                       ("generated_alpha", "alpha on target-generated text"), ("generated_agreement", "greedy agreement on target-generated text")):
+        lines.append(f"| {label} | {_fmt(before.get(key))} | {_fmt(after.get(key))} |")
+    if draft.get("minutes") is not None:
+        lines += ["", f"Distillation: {draft.get('tokens', 0):,} positions in {draft['minutes']} min."]
+    if distilled:
+        lines += [
+            "",
+            "## On held-out data (`edgespec train-demo --stages eval`)",
+            "",
+            "| | pretrained draft | distilled draft |",
+            "|---|---|---|",
+        ]
+        for key, label in (("target_heldout_loss", "target held-out loss"), ("draft_heldout_loss", "draft held-out loss"),
+                           ("heldout_kl", "KL(p‖q)"), ("heldout_alpha", "alpha (T=1)"),
+                           ("heldout_greedy_agreement", "greedy agreement"),
+                           ("generated_alpha", "alpha on target-greedy continuations"),
+                           ("generated_greedy_agreement", "greedy agreement on target-greedy continuations"),
+                           ("tau", f"mean acceptance length at k={distilled.get('k')} (greedy, bonus included)"),
+                           ("acceptance_rate", "acceptance rate")):
+            lines.append(f"| {label} | {_fmt(pretrained.get(key))} | {_fmt(distilled.get(key))} |")
+        per_position = " ".join(f"{x:.2f}" for x in distilled.get("per_position_acceptance", []))
+        lines += ["", f"Acceptance by draft position (distilled, k={distilled.get('k')}): {per_position}; "
+                  f"{distilled.get('rounds')} rounds over {distilled.get('prompts')} held-out prompts, simulated in torch "
+                  "exactly as the verifier decides greedily."]
+    lines += [
+        "",
+        "End-to-end figures through Ray Serve (speedup, ms/token, capacity, links) are in",
+        "[docs/bench/report.md](../../docs/bench/report.md).",
+        "",
+        "## Rebuild",
+        "",
+        "```bash",
+        "edgespec train-demo --out runs/demo --ship models/demo   # all stages; --stages/--resume to split it",
+        "```",
+        "",
+        "The invocations that built this copy (stages were run one at a time, some resumed) are in",
+        "`metrics.json` under `train_demo_invocations`. Limits: a small model of Python source, ~512-token",
+        "context; it writes plausible standard-library-style code, not correct programs.",
+        "",
+    ]
+    return "\n".join(lines)

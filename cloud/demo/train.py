@@ -8,10 +8,11 @@ checkpoint and skips stages whose output exists):
   draft    pretrain the one-layer draft on the same tokens
   distill  align the draft to the target (KL(p||q), see edgespec.cloud.distill)
   eval     losses, alpha, greedy agreement, simulated acceptance length on held-out data
-  export   the ONNX draft via edgespec.cloud.export.export_draft, when that module exists
+  export   the shipped draft to ONNX for the device (--ship/draft: model.onnx, tokenizer, manifest)
   ship     copy the small artefacts (fp16 target, draft HF dir, metrics) into --ship
 
-Layout under ``--out``: data/, target/, draft/, distill/, eval/metrics.json, onnx/.
+Layout under ``--out``: data/, target/, draft/, distill/, eval/metrics.json. Under ``--ship``:
+target/ (fp16), draft-hf/, draft/ (ONNX), metrics.json.
 """
 
 from __future__ import annotations
@@ -168,15 +169,10 @@ def stage_eval(config: TrainDemoConfig) -> None:
 
 
 def stage_export(config: TrainDemoConfig) -> None:
-    draft_dir = config.ship / "draft-hf"
-    try:
-        from edgespec.cloud.export import export_draft
-    except ImportError as exc:
-        print(f"export: edgespec.cloud.export is not available ({exc}); once it is, run:\n"
-              f"  edgespec export-draft {draft_dir} {config.out / 'onnx'}  (or export_draft({str(draft_dir)!r}, {str(config.out / 'onnx')!r}))")
-        return
-    export_draft(draft_dir, config.out / "onnx", overwrite=True)
-    print(f"export: ONNX draft written to {config.out / 'onnx'}")
+    from edgespec.cloud.export import export_draft
+
+    export_draft(config.ship / "draft-hf", config.ship / "draft", overwrite=True)
+    print(f"export: ONNX draft for the device written to {config.ship / 'draft'}")
 
 
 def stage_ship(config: TrainDemoConfig) -> None:
