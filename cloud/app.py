@@ -56,10 +56,16 @@ def grpc_options(port: int = DEFAULT_GRPC_PORT, request_timeout_s: float | None 
     return {"port": port, "grpc_servicer_functions": GRPC_SERVICER_FUNCTIONS, "request_timeout_s": request_timeout_s}
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None, metrics_export_port: int | None = None) -> None:
+def init_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    metrics_export_port: int | None = None,
+    log_to_driver: bool = True,
+) -> None:
     """Connects to ``address`` (or RAY_ADDRESS), else starts a fresh local Ray instance.
 
     ``metrics_export_port``: where a local instance serves Prometheus metrics (``/metrics``).
+    ``log_to_driver``: False keeps replica logs in Ray's log folder, off this terminal.
     """
     import ray
 
@@ -68,7 +74,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, metrics_ex
     address = address or os.environ.get("RAY_ADDRESS")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
     else:
         # "local" never attaches to a stale cluster left on this machine.
         ray.init(
@@ -76,6 +82,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, metrics_ex
             num_cpus=num_cpus,
             include_dashboard=False,
             logging_level=logging.WARNING,
+            log_to_driver=log_to_driver,
             _metrics_export_port=metrics_export_port,
         )
 

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--k", default="auto", help="drafted tokens per round: a number or 'auto'")
     parser.add_argument("--mode", choices=("greedy", "exact", "token"), default=None)
+    parser.add_argument("--no-lookup", action="store_true",
+                        help="greedy: draft with the model alone, no context lookup (see edgespec.edge.lookup)")
     parser.add_argument("--cloud-only", action="store_true", help="generate with the target alone (Generate RPC)")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the draft")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for any one reply")
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 if not args.json:
                     sys.stdout.write(result.text)
             else:
-                stream = client.stream(prompt, k=args.k, mode=args.mode, **params)
+                stream = client.stream(prompt, k=args.k, mode=args.mode, lookup=not args.no_lookup, **params)
                 for piece in stream:
                     if not args.json:
                         sys.stdout.write(piece)

@@ -38,6 +38,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.sampling import SamplingParams, SparseDist, probs_from_logits, round_rng, sample, truncate_top_n
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
@@ -58,6 +59,7 @@ class DraftStats:
     forwards: int = 0
     fed_tokens: int = 0  # tokens pushed through the model (context prefill included)
     drafted_tokens: int = 0
+    lookup_tokens: int = 0  # greedy drafts taken from context lookup instead of the argmax
     draft_ms: float = 0.0
 
     @property
@@ -166,6 +168,7 @@ class DraftModel:
         params: SamplingParams | None = None,
         rng: np.random.Generator | None = None,
         top_n: int = 0,
+        lookup: LookupConfig | None = None,
     ) -> Proposal:
         """Drafts ``k`` tokens after the context and appends them to ``tokens``.
 
@@ -174,6 +177,8 @@ class DraftModel:
         and that sparse distribution is returned in ``q`` (the verifier needs exactly it).
         ``rng`` defaults to ``round_rng(params.seed, stats.proposals)``; pass the session's
         per-round generator to make rounds reproducible.
+        ``lookup`` (greedy only): where the context's suffix occurred before, draft the token
+        that followed it instead of the argmax (see ``edgespec.edge.lookup``).
         """
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -199,6 +204,11 @@ class DraftModel:
                 q.append(dist)
             else:
                 token = int(np.argmax(logits))
+                if lookup is not None:
+                    found = lookup_next(self.tokens, lookup)
+                    if found is not None:
+                        self.stats.lookup_tokens += found != token
+                        token = found
             self.tokens.append(token)
             drafts.append(token)
         elapsed_ms = (time.perf_counter() - started) * 1e3

@@ -31,6 +31,7 @@ import numpy as np
 
 from edgespec.edge.draft import Proposal
 from edgespec.edge.errors import RequestTimeoutError, from_rpc_error, is_retryable
+from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.policy import make_policy
 from edgespec.edge.sampling import SamplingParams, round_rng
 from edgespec.edge.stats import RequestStats
@@ -119,6 +120,7 @@ class SpeculativeRun:
                 temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=params.seed
             )
         self.top_n = params.top_n if params.mode == "exact" else 0
+        self.lookup = LookupConfig() if params.lookup and self.sampling is None else None
         stop = params.stop_token_ids
         self.stop_token_ids = list(draft.manifest.eos_token_ids if stop is None else stop)
         # The draft can see at most this many positions; past it the cloud finishes alone.
@@ -256,7 +258,7 @@ class SpeculativeRun:
         q = [d for p in ready for d in (p.q or [])]
         draft_ms = 0.0
         if len(tokens) < k:
-            fresh = await self._on_draft_thread(self.draft.propose, k - len(tokens), self.sampling, rng, self.top_n)
+            fresh = await self._on_draft_thread(self.draft.propose, k - len(tokens), self.sampling, rng, self.top_n, self.lookup)
             tokens += fresh.tokens
             q += fresh.q or []
             draft_ms = fresh.draft_ms
@@ -269,9 +271,9 @@ class SpeculativeRun:
         next_rng = round_rng(self.params.seed, self.round_no + 1) if self.sampling else None
 
         def work() -> list[Proposal]:
-            out = [self.draft.propose(1, self.sampling, guess_rng, self.top_n)]
+            out = [self.draft.propose(1, self.sampling, guess_rng, self.top_n, self.lookup)]
             while len(out) <= limit and not stop.is_set():
-                out.append(self.draft.propose(1, self.sampling, next_rng, self.top_n))
+                out.append(self.draft.propose(1, self.sampling, next_rng, self.top_n, self.lookup))
             return out
 
         self._ready_rng = next_rng

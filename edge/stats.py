@@ -50,6 +50,23 @@ class RequestStats:
             if i < accepted:
                 self.accepted_at[i] += 1
 
+    @classmethod
+    def combined(cls, items: "list[RequestStats]") -> "RequestStats":
+        """One set of counters for several requests (rates then weigh every round alike)."""
+        out = cls()
+        for item in items:
+            for name, value in asdict(item).items():
+                if isinstance(value, (int, float)):
+                    setattr(out, name, getattr(out, name) + value)
+            for name in ("drafted_at", "accepted_at"):
+                mine, theirs = getattr(out, name), getattr(item, name)
+                mine.extend([0] * (len(theirs) - len(mine)))
+                for i, value in enumerate(theirs):
+                    mine[i] += value
+            out.k_history.extend(item.k_history)
+            out.server_batch_sizes.extend(item.server_batch_sizes)
+        return out
+
     # ---- derived rates -------------------------------------------------------------------
 
     @property

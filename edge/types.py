@@ -22,6 +22,9 @@ class GenerationParams:
     the device samples from exactly what it sends.
     draft_ahead: keep drafting while a block is in flight, assuming it will be accepted whole;
     pays off on slow links and slow drafts (see docs/links.md), costs device compute otherwise.
+    lookup: greedy only; where the last few tokens occurred earlier in the context, draft the
+    token that followed them there instead of the draft model's argmax (code repeats itself;
+    a one-layer draft cannot copy). The output is the target's either way.
     """
 
     max_new_tokens: int = 128
@@ -34,6 +37,7 @@ class GenerationParams:
     stop_token_ids: tuple[int, ...] | None = None
     top_n: int = 64
     draft_ahead: bool = False
+    lookup: bool = True
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

@@ -136,6 +136,19 @@ def test_rollback_to_zero_and_beyond_the_cache(draft_dir, prompt):
 
 
 @pytest.mark.slow
+def test_greedy_lookup_drafts_the_continuation_of_a_repeated_span(draft_dir):
+    from edgespec.edge.lookup import LookupConfig
+
+    context = [5, 6, 7, 8, 9, 5, 6, 7]
+    draft = new_draft(draft_dir, context)
+    looked_up = draft.propose(4, lookup=LookupConfig(max_n=4, min_n=2))
+    assert looked_up.tokens == [8, 9, 5, 6]  # [5, 6, 7] was followed by 8, and so on around the cycle
+    assert draft.tokens == context + [8, 9, 5, 6]
+    draft.rollback_to(len(context))  # the cache stays consistent: a fresh run agrees
+    assert draft.propose(2).tokens == new_draft(draft_dir, context).propose(2).tokens
+
+
+@pytest.mark.slow
 def test_sampling_is_seeded_and_greedy_ignores_the_rng(draft_dir, prompt):
     a = new_draft(draft_dir, prompt).propose(K, PARAMS, round_rng(5, 2), top_n=4)
     b = new_draft(draft_dir, prompt).propose(K, PARAMS, round_rng(5, 2), top_n=4)

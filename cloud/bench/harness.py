@@ -182,7 +182,7 @@ class Harness:
         return self.client.generate(prompt, **params)
 
     def cloud_only(self, prompt: str, params: dict) -> Result:
-        cloud_params = {k: v for k, v in params.items() if k not in ("k", "mode", "top_n", "draft_ahead")}
+        cloud_params = {k: v for k, v in params.items() if k not in ("k", "mode", "top_n", "draft_ahead", "lookup")}
         return self.client.generate_cloud(prompt, **cloud_params)
 
     def compare(self, prompts: list[str], params: dict, label: str = "") -> tuple[list[Result], list[Result]]:

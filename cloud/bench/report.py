@@ -158,7 +158,9 @@ def markdown(data: dict, plots: list[str]) -> str:
             f"| {row['k']} | {row['speedup']:.2f}x | {'' if curve is None else f'{curve:.2f}x'} | "
             f"{row['speculative']['tau']:.2f} | {_pct(row['speculative']['acceptance_rate'])} | {row['speculative']['ms_per_token']:.2f} |"
         )
-    for name in ("temperature", "top_k", "mode"):
+    for name in ("temperature", "top_k", "mode", "draft"):
+        if name not in data["sweeps"]:
+            continue
         lines += ["", f"**{name}** (k={cfg['baseline_k']}):", "", "| setting | speedup | tau | acceptance | bytes/round |", "|---|---|---|---|---|"]
         for row in data["sweeps"][name]:
             s = row["speculative"]

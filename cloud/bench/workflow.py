@@ -2,7 +2,8 @@
 
 1. baseline: speculative (greedy, k=4) vs cloud-only Generate on the same prompts, alternating;
 2. diagnosis: acceptance by draft position and by token kind, the most-rejected tokens;
-3. sweeps, one variable at a time: k (1..8 and adaptive), temperature, top-k, verification mode;
+3. sweeps, one variable at a time: k (1..8 and adaptive), temperature, top-k, verification mode,
+   greedy drafting with and without context lookup;
    the speedup-vs-k plot draws the seeds' curve from the measured a and c;
 4. validation: the best setting re-measured on held-out prompts no sweep has seen;
 5. costs: draft memory and ms/token on the device, replica memory, bytes per round;
@@ -141,6 +142,10 @@ def _run(harness: Harness, config: BenchConfig, progress: Callable[[str], None])
         compare(harness, config.prompts, dict(greedy, k=config.baseline_k), "greedy").to_dict(),
         compare(harness, config.prompts, dict(sampled, k=config.baseline_k), "exact").to_dict(),
         compare(harness, config.prompts, dict(sampled, mode="token", k=config.baseline_k), "token").to_dict(),
+    ]
+    report.sweeps["draft"] = [
+        compare(harness, config.prompts, dict(greedy, k=config.baseline_k), "model + context lookup").to_dict(),
+        compare(harness, config.prompts, dict(greedy, k=config.baseline_k, lookup=False), "model only").to_dict(),
     ]
     report.theory = _theory(report.sweeps["k"], config)
     report.adaptive = _adaptive_vs_best(report.sweeps["k"])

@@ -165,9 +165,9 @@ def model_card(metrics: dict) -> str:
                            ("acceptance_rate", "acceptance rate")):
             lines.append(f"| {label} | {_fmt(pretrained.get(key))} | {_fmt(distilled.get(key))} |")
         per_position = " ".join(f"{x:.2f}" for x in distilled.get("per_position_acceptance", []))
-        lines += ["", f"Acceptance by draft position (distilled, k={distilled.get('k')}): {per_position}; "
+        lines += ["", f"Share of rounds whose i-th draft was accepted, i = 1..{distilled.get('k')} (distilled): {per_position}; "
                   f"{distilled.get('rounds')} rounds over {distilled.get('prompts')} held-out prompts, simulated in torch "
-                  "exactly as the verifier decides greedily."]
+                  "with the verifier's greedy rule on the target's greedy continuations."]
     lines += [
         "",
         "End-to-end figures through Ray Serve (speedup, ms/token, capacity, links) are in",
