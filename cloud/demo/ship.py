@@ -170,7 +170,10 @@ def model_card(metrics: dict) -> str:
                   "with the verifier's greedy rule on the target's greedy continuations."]
     lines += [
         "",
-        "End-to-end figures through Ray Serve (speedup, ms/token, capacity, links) are in",
+        "These figures are the draft model alone. On the device, greedy drafting also looks the",
+        "context up (`edgespec.edge.lookup`: where the last tokens occurred before, it drafts what",
+        "followed), which a one-layer model cannot do itself; end-to-end figures through Ray Serve",
+        "(speedup, ms/token, acceptance with and without lookup, capacity, links) are in",
         "[docs/bench/report.md](../../docs/bench/report.md).",
         "",
         "## Rebuild",
