@@ -6,7 +6,7 @@ fixed. ORT and torch blocks alternate; the figure is the median over blocks of m
 token. Models: the tiny Llama draft of ``edgespec.cloud.tiny`` and a 1-layer Llama with
 hidden 128 and vocabulary 4096 (random init).
 
-    .venv/bin/python scripts/bench_draft.py [--context 200] [--k 4] [--rounds 50] [--blocks 5]
+    .venv/bin/python scripts/bench_draft.py [--context 200] [--k 4] [--rounds 50] [--blocks 5] [--model DIR]
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--model", type=Path, action="append", default=[],
+                        help="also a Hugging Face draft directory (repeatable), e.g. models/demo/draft-hf")
     args = parser.parse_args()
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
@@ -101,6 +103,8 @@ def main() -> None:
         root = Path(tmp)
         bench("tiny Llama draft (1L, h64)", build_tiny_pair(root / "pair").draft_dir, root / "tiny-onnx", args)
         bench("Llama 1L h128 v4096", build_llama_128(root / "llama128"), root / "llama128-onnx", args)
+        for i, model_dir in enumerate(args.model):
+            bench(str(model_dir), model_dir, root / f"model-{i}-onnx", args)
 
 
 if __name__ == "__main__":

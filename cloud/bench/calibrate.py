@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from edgespec.cloud.bench.diagnosis import Diagnosis
-from edgespec.cloud.bench.harness import Harness, Summary
+from edgespec.cloud.bench.harness import Harness, Summary, shown
 from edgespec.cloud.config import VerifierConfig
 from edgespec.cloud.engine import TargetEngine
 from edgespec.cloud.simulate.calibration import Calibration, VerifyModel
@@ -100,7 +100,7 @@ def calibrate(
              f"(ingress {round_overhead / 2:.2f} ms/message), stream ingress {stream_message_ms:.2f} ms/message, "
              f"acceptance by position {[round(a, 2) for a in acceptance]}")
     return Calibration(
-        source=f"measured on this machine: target {harness.target}, draft {harness.draft}, loopback, {len(prompts)} prompts",
+        source=f"measured on this machine: target {shown(harness.target)}, draft {shown(harness.draft)}, loopback, {len(prompts)} prompts",
         draft_ms_per_token=spec_summary.draft_ms_per_token,
         draft_cv=0.1,
         acceptance=acceptance,

@@ -204,3 +204,11 @@ class Harness:
             out.append(self.speculative(prompt, params))
             self.progress(f"  {label} prompt {i + 1}/{len(prompts)}")
         return out
+
+
+def shown(path) -> str:
+    """A path as the reader would type it: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

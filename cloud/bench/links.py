@@ -20,7 +20,7 @@ from pathlib import Path
 from edgespec.cloud.bench.capacity import CapacityRow
 from edgespec.cloud.bench.capacity import measure as measure_sessions
 from edgespec.cloud.bench.calibrate import calibrate, time_verify_table
-from edgespec.cloud.bench.harness import Harness, Summary
+from edgespec.cloud.bench.harness import Harness, Summary, shown
 from edgespec.cloud.link_profiles import get_profile
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate import sweeps
@@ -155,7 +155,7 @@ def _markdown(rows: list[dict], sessions: int, args, calibration) -> str:
     lines = [
         "# edgespec over network links",
         "",
-        f"Target `{args.target}`, draft `{args.draft}`, {args.max_new_tokens} new tokens, greedy, k={args.k} unless noted. "
+        f"Target `{shown(args.target)}`, draft `{shown(args.draft)}`, {args.max_new_tokens} new tokens, greedy, k={args.k} unless noted. "
         "Links emulated in user space (`edgespec link`), RTTs from docs/links.md. Ratios measured within one run.",
         "",
         "| link | RTT ms | speculative ms/token | cloud-only ms/token | speedup | best k | exact vs token-only (ms/token, bytes/round) | draft-ahead gain |",

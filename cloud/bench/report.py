@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from edgespec.cloud.bench.harness import shown
 from edgespec.cloud.bench.workflow import BenchReport
 
 
@@ -104,7 +105,7 @@ def markdown(data: dict, plots: list[str]) -> str:
     lines = [
         "# edgespec bench report",
         "",
-        f"Target `{cfg['target']}` ({server['target_params'] / 1e6:.1f}M params), draft `{cfg['draft']}`; "
+        f"Target `{shown(cfg['target'])}` ({server['target_params'] / 1e6:.1f}M params), draft `{shown(cfg['draft'])}`; "
         f"{cfg['prompts']} tuning prompts, {cfg['held_out_prompts']} held-out prompts, "
         f"{cfg['max_new_tokens']} new tokens each; link: {cfg.get('link') or 'loopback'}. "
         "Every speedup is cloud-only ms/token over speculative ms/token, both through the same Serve gRPC path, "

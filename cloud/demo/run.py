@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", help="prompt text (default: the first held-out prompt)")
     parser.add_argument("--prompt-index", type=int, default=0, help="which held-out prompt to use")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--k", default="4", help="drafted tokens per round, or 'auto'")
+    parser.add_argument("--k", default="auto", help="drafted tokens per round, or 'auto' (adaptive, the SDK default)")
     parser.add_argument("--timing-prompts", type=int, default=8, choices=range(1, 65), metavar="N",
                         help="held-out prompts to time, the streamed one first (1-64)")
     parser.add_argument("--repeats", type=int, default=1, choices=range(1, 101), metavar="N",
