@@ -305,16 +305,24 @@ class SpeculativeRun:
 
     async def _send(self, call, message: pb.SessionRequest) -> None:
         self.stats.bytes_sent += message.ByteSize() + GRPC_FRAME_HEADER
-        await asyncio.wait_for(call.write(message), self.timeout)
+        try:
+            await asyncio.wait_for(call.write(message), self.timeout)
+        except asyncio.InvalidStateError:
+            # The stream ended between two writes (e.g. the replica died): report its status.
+            raise await _ended(call) from None
 
     async def _receive(self, call) -> pb.SessionResponse:
         message = await asyncio.wait_for(call.read(), self.timeout)
         if message is grpc.aio.EOF:
-            code = await call.code()
-            details = await call.details()
-            raise _StreamEnded(grpc.StatusCode.UNAVAILABLE if code == grpc.StatusCode.OK else code, details)
+            raise await _ended(call)
         self.stats.bytes_received += message.ByteSize() + GRPC_FRAME_HEADER
         return message
+
+
+async def _ended(call) -> "_StreamEnded":
+    """The error for a stream that ended early; without an error status it counts as dropped."""
+    code, details = await call.code(), await call.details()
+    return _StreamEnded(grpc.StatusCode.UNAVAILABLE if code == grpc.StatusCode.OK else code, details)
 
 
 class _StreamEnded(grpc.RpcError):

@@ -158,3 +158,29 @@ def test_stats_combined_weighs_every_round_alike():
     assert both.ms_per_token == pytest.approx(1000 * 0.3 / 8)
     assert both.k_history == [4, 2, 2]
     assert a.drafted_at == [1, 1, 1, 1]  # the inputs are left alone
+
+
+def test_a_write_to_a_stream_that_already_ended_raises_its_status_for_the_retry_logic():
+    import asyncio
+    from types import SimpleNamespace
+
+    from edgespec.edge.errors import is_retryable
+    from edgespec.edge.speculate import SpeculativeRun
+    from edgespec.v1 import speculative_pb2 as pb
+
+    class EndedCall:  # what grpc.aio does once a replica died between two rounds
+        async def write(self, message):
+            raise asyncio.InvalidStateError("RPC already finished.")
+
+        async def code(self):
+            return grpc.StatusCode.INTERNAL
+
+        async def details(self):
+            return "The actor died unexpectedly before finishing this task."
+
+    run = SimpleNamespace(stats=RequestStats(), timeout=1.0)
+    message = pb.SessionRequest(draft=pb.Draft(round=4, token_ids=[1, 2]))
+    with pytest.raises(grpc.RpcError) as caught:
+        asyncio.run(SpeculativeRun._send(run, EndedCall(), message))
+    assert caught.value.code() == grpc.StatusCode.INTERNAL and is_retryable(caught.value)
+    assert "actor died" in str(caught.value)
