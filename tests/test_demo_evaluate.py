@@ -9,11 +9,12 @@ from transformers import AutoModelForCausalLM
 from edgespec.cloud.continuation import continue_prompts
 from edgespec.cloud.demo.evaluate import Acceptance, simulate_greedy
 from edgespec.cloud.tiny import build_tiny_pair
+from edgespec.edge.lookup import LookupConfig, lookup_next
 
 torch.set_num_threads(1)
 
 
-def _reference(draft, prompt: torch.Tensor, continuation: torch.Tensor, k: int) -> list[int]:
+def _reference(draft, prompt: torch.Tensor, continuation: torch.Tensor, k: int, lookup=None) -> list[int]:
     """Slow reference: no cache, the whole prefix re-run for every drafted token."""
     accepted_per_round, done = [], 0
     while done + k + 1 <= continuation.numel():
@@ -22,7 +23,8 @@ def _reference(draft, prompt: torch.Tensor, continuation: torch.Tensor, k: int) 
         for _ in range(k):
             with torch.no_grad():
                 logits = draft(input_ids=torch.cat([prefix, torch.tensor(guesses, dtype=torch.long)])[None]).logits
-            guesses.append(int(logits[0, -1].argmax()))
+            found = lookup_next(prefix.tolist() + guesses, lookup) if lookup else None
+            guesses.append(int(logits[0, -1].argmax()) if found is None else found)
         n = 0
         while n < k and guesses[n] == int(continuation[done + n]):
             n += 1
@@ -40,17 +42,17 @@ def test_acceptance_counters():
     assert stats.per_position == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
 
 
-@pytest.mark.parametrize("k", [1, 3, 4])
-def test_cached_simulation_equals_reference(tmp_path_factory, k):
+@pytest.mark.parametrize("k,lookup", [(1, None), (3, None), (4, None), (4, LookupConfig(max_n=3, min_n=1))])
+def test_cached_simulation_equals_reference(tmp_path_factory, k, lookup):
     pair = build_tiny_pair(tmp_path_factory.getbasetemp() / "tiny-eval")
     target = AutoModelForCausalLM.from_pretrained(str(pair.target_dir)).eval()
     draft = AutoModelForCausalLM.from_pretrained(str(pair.draft_dir)).eval()
     prompt = torch.randint(1, 500, (12,), generator=torch.Generator().manual_seed(k))
     ids, _ = continue_prompts(target, prompt[None], 30)
     continuation = ids[0, 12:]
-    expected = _reference(draft, prompt, continuation, k)
+    expected = _reference(draft, prompt, continuation, k, lookup)
     stats = Acceptance(k)
-    simulate_greedy(draft, prompt, continuation, k, stats)
+    simulate_greedy(draft, prompt, continuation, k, stats, lookup)
     assert stats.rounds == len(expected)
     assert stats.accepted == sum(expected)
     assert 0 < stats.accepted < stats.drafted, "the tiny pair should both accept and reject"

@@ -32,6 +32,7 @@ from edgespec.cloud.continuation import continue_prompts
 from edgespec.cloud.distill import check_pair
 from edgespec.cloud.token_data import TokenStream
 from edgespec.cloud.training import configure_threads
+from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.tokenizer import load_tokenizer
 
 
@@ -111,6 +112,8 @@ class EvalResult:
     per_position_acceptance: list[float]
     rounds: int
     prompts: int
+    tau_with_lookup: float | None = None  # the same rounds drafted with context lookup, as the device does
+    acceptance_rate_with_lookup: float | None = None
 
     def summary(self) -> str:
         return (f"loss val target {self.target_val_loss:.4f} draft {self.draft_val_loss:.4f}; held-out target "
@@ -118,7 +121,7 @@ class EvalResult:
                 f"alpha {self.heldout_alpha:.4f} greedy {self.heldout_greedy_agreement:.4f}; on target-greedy text alpha "
                 f"{self.generated_alpha:.4f} greedy {self.generated_greedy_agreement:.4f}; k={self.k} tau {self.tau:.3f} "
                 f"acceptance {self.acceptance_rate:.3f} per position {[round(x, 3) for x in self.per_position_acceptance]} "
-                f"({self.rounds} rounds, {self.prompts} prompts)")
+                f"({self.rounds} rounds, {self.prompts} prompts); with context lookup tau {self.tau_with_lookup:.3f}")
 
 
 @torch.no_grad()
@@ -127,12 +130,15 @@ def _logits(model, windows: torch.Tensor, batch: int = 4) -> torch.Tensor:
 
 
 @torch.no_grad()
-def simulate_greedy(draft, prompt: torch.Tensor, continuation: torch.Tensor, k: int, stats: Acceptance) -> None:
+def simulate_greedy(
+    draft, prompt: torch.Tensor, continuation: torch.Tensor, k: int, stats: Acceptance, lookup: LookupConfig | None = None
+) -> None:
     """Adds the rounds of greedy speculative decoding of ``continuation`` [n] after ``prompt`` [m] to ``stats``.
 
     The draft keeps a KV cache of the committed tokens; drafted-but-rejected tokens are cropped
     away after each round, as the edge client does. Only full rounds (k drafts plus the target's
-    extra token inside the continuation) are counted.
+    extra token inside the continuation) are counted. ``lookup``: draft as the edge client does
+    with context lookup (``edgespec.edge.lookup``) instead of the model's argmax alone.
     """
     out = draft(input_ids=prompt[None], use_cache=True)
     cache, next_logits = out.cache, out.logits[0, -1]
@@ -140,8 +146,11 @@ def simulate_greedy(draft, prompt: torch.Tensor, continuation: torch.Tensor, k: 
     done = 0  # continuation tokens committed so far
     while done + k + 1 <= n:
         guesses, logits = [], next_logits
+        context = prompt.tolist() + continuation[:done].tolist() if lookup is not None else []
         for i in range(k):
-            guesses.append(int(logits.argmax()))
+            guess = int(logits.argmax())
+            found = lookup_next(context + guesses, lookup) if lookup is not None else None
+            guesses.append(guess if found is None else found)
             if i + 1 < k:
                 logits = draft(input_ids=torch.tensor([[guesses[-1]]]), cache=cache, use_cache=True).logits[0, -1]
         truth = continuation[done : done + k].tolist()
@@ -183,7 +192,7 @@ def evaluate_pair(config: EvalConfig) -> EvalResult:
         del p, q
 
     rows = [json.loads(line) for line in config.prompts.read_text().splitlines() if line.strip()][: config.max_prompts]
-    stats = Acceptance(config.k)
+    stats, looked_up = Acceptance(config.k), Acceptance(config.k)
     gen_alpha, gen_agree = [], []
     for row in tqdm(rows, desc="simulate greedy speculation", unit="prompt", file=sys.stderr, mininterval=10):
         prompt = torch.tensor(tokenizer.encode(row["prompt"]).ids)
@@ -194,6 +203,7 @@ def evaluate_pair(config: EvalConfig) -> EvalResult:
         gen_alpha.append(alpha(p_logits[:, start:], q_logits[:, start:]).item())
         gen_agree.append(greedy_agreement(p_logits[:, start:], q_logits[:, start:]).item())
         simulate_greedy(draft, prompt, ids[0, prompt.numel() :], config.k, stats)
+        simulate_greedy(draft, prompt, ids[0, prompt.numel() :], config.k, looked_up, LookupConfig())
 
     return EvalResult(
         target_val_loss=losses["validation"][0], draft_val_loss=losses["validation"][1],
@@ -202,6 +212,7 @@ def evaluate_pair(config: EvalConfig) -> EvalResult:
         generated_alpha=sum(gen_alpha) / len(gen_alpha), generated_greedy_agreement=sum(gen_agree) / len(gen_agree),
         k=config.k, tau=stats.tau, acceptance_rate=stats.acceptance_rate,
         per_position_acceptance=stats.per_position, rounds=stats.rounds, prompts=len(rows),
+        tau_with_lookup=looked_up.tau, acceptance_rate_with_lookup=looked_up.acceptance_rate,
     )
 
 

@@ -162,7 +162,9 @@ def model_card(metrics: dict) -> str:
                            ("generated_alpha", "alpha on target-greedy continuations"),
                            ("generated_greedy_agreement", "greedy agreement on target-greedy continuations"),
                            ("tau", f"mean acceptance length at k={distilled.get('k')} (greedy, bonus included)"),
-                           ("acceptance_rate", "acceptance rate")):
+                           ("acceptance_rate", "acceptance rate"),
+                           ("tau_with_lookup", "mean acceptance length with context lookup (as the device drafts)"),
+                           ("acceptance_rate_with_lookup", "acceptance rate with context lookup")):
             lines.append(f"| {label} | {_fmt(pretrained.get(key))} | {_fmt(distilled.get(key))} |")
         per_position = " ".join(f"{x:.2f}" for x in distilled.get("per_position_acceptance", []))
         lines += ["", f"Share of rounds whose i-th draft was accepted, i = 1..{distilled.get('k')} (distilled): {per_position}; "
@@ -170,9 +172,9 @@ def model_card(metrics: dict) -> str:
                   "with the verifier's greedy rule on the target's greedy continuations."]
     lines += [
         "",
-        "These figures are the draft model alone. On the device, greedy drafting also looks the",
-        "context up (`edgespec.edge.lookup`: where the last tokens occurred before, it drafts what",
-        "followed), which a one-layer model cannot do itself; end-to-end figures through Ray Serve",
+        "Except for the two lookup rows, these figures are the draft model alone. On the device, greedy",
+        "drafting also looks the context up (`edgespec.edge.lookup`: where the last tokens occurred",
+        "before, it drafts what followed), which a one-layer model cannot do itself; end-to-end figures through Ray Serve",
         "(speedup, ms/token, acceptance with and without lookup, capacity, links) are in",
         "[docs/bench/report.md](../../docs/bench/report.md).",
         "",
