@@ -59,7 +59,6 @@ class DraftStats:
     forwards: int = 0
     fed_tokens: int = 0  # tokens pushed through the model (context prefill included)
     drafted_tokens: int = 0
-    lookup_tokens: int = 0  # greedy drafts taken from context lookup instead of the argmax
     draft_ms: float = 0.0
 
     @property
@@ -207,7 +206,6 @@ class DraftModel:
                 if lookup is not None:
                     found = lookup_next(self.tokens, lookup)
                     if found is not None:
-                        self.stats.lookup_tokens += found != token
                         token = found
             self.tokens.append(token)
             drafts.append(token)

@@ -105,12 +105,18 @@ def test_stream_yields_text_pieces(server):
     assert len(stream.result.token_ids) == 20
 
 
+def interrupted_run_params(mode: str, seed: int) -> dict:
+    """A 40-token generation to run clean and then through a broken connection."""
+    params = dict(max_new_tokens=40, k=3, stop_token_ids=(), seed=seed)
+    if mode == "exact":
+        params.update(temperature=0.8, mode="exact")
+    return params
+
+
 @pytest.mark.parametrize("mode", ["greedy", "exact"])
 def test_cut_stream_resumes_with_identical_output(server, mode):
     """Connections are reset mid-generation; the client re-opens from its committed tokens."""
-    params = dict(max_new_tokens=40, k=3, stop_token_ids=(), seed=11)
-    if mode == "exact":
-        params.update(temperature=0.8, mode="exact")
+    params = interrupted_run_params(mode, seed=11)
     with EdgeClient(server.address, server.pair.draft_dir) as client:
         clean = client.generate(PROMPTS[2], **params)
     with TcpCutter(server.grpc_port) as link:
@@ -246,9 +252,7 @@ def test_output_through_a_faulty_emulated_link_equals_the_clean_run(server, mode
     from edgespec.cloud.link import LinkEmulator
     from edgespec.cloud.link_profiles import Faults, get_profile
 
-    params = dict(max_new_tokens=40, k=3, stop_token_ids=(), seed=3)
-    if mode == "exact":
-        params.update(temperature=0.8, mode="exact")
+    params = interrupted_run_params(mode, seed=3)
     with EdgeClient(server.address, server.pair.draft_dir) as client:
         clean = client.generate(PROMPTS[6], **params)
     faults = Faults(reset_after_s=0.8, stall_every_s=0.5, stall_for_s=0.2)

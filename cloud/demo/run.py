@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -61,16 +60,11 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path, str]:
     return pair.target_dir, root / "draft", "tiny random pair (runs/tiny-pair)"
 
 
-def held_out_prompts() -> list[str]:
-    if not HELD_OUT_PROMPTS.is_file():
-        return []
-    records = [json.loads(line) for line in HELD_OUT_PROMPTS.read_text().splitlines() if line.strip()]
-    return [r.get("prompt") or r.get("text") for r in records]
-
-
 def load_prompts(args: argparse.Namespace) -> list[str]:
     """The prompt to stream first, then the others to time."""
-    pool = held_out_prompts()
+    from edgespec.cloud.bench.harness import load_prompts as read_prompt_file
+
+    pool = read_prompt_file(HELD_OUT_PROMPTS) if HELD_OUT_PROMPTS.is_file() else []
     first = args.prompt or (pool[args.prompt_index % len(pool)] if pool else FALLBACK_PROMPT)
     others = [p for p in pool if p != first]
     return [first] + others[: args.timing_prompts - 1]

@@ -104,6 +104,8 @@ def model_card(metrics: dict) -> str:
     evals = metrics.get("eval") or {}
     distilled, pretrained = evals.get("distilled") or {}, evals.get("pretrained") or {}
     before, after = draft.get("readout_before") or {}, draft.get("readout_after") or {}
+    distill_runs = [i for i in metrics.get("train_demo_invocations", []) if "distill" in i.get("stages", [])]
+    generated = distill_runs[-1]["distill_generated_fraction"] if distill_runs else None
     lines = [
         "# edgespec demo pair",
         "",
@@ -137,8 +139,9 @@ def model_card(metrics: dict) -> str:
         "",
         "## Alignment",
         "",
-        "The draft is distilled towards the target (`edgespec distill`): KL(p||q) on the target's logits,",
-        "half the batches on training text and half on the target's own greedy continuations.",
+        "The draft is distilled towards the target (`edgespec distill`): KL(p||q) on the target's logits"
+        + ("." if generated is None else
+           f", {generated:.0%} of the batches on the target's own greedy continuations, the rest on training text."),
         "",
         "| readout (validation) | before distillation | after |",
         "|---|---|---|",
