@@ -27,7 +27,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-# Pure-logic tests only (no Ray Serve, no model export): seconds, not minutes.
+# Pure-logic tests only (no Ray Serve, no model loaded, trained or exported): under 30 s.
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
 

@@ -15,12 +15,15 @@ from typing import Any, AsyncIterator, Sequence
 
 import grpc
 
+from edgespec.edge.cloud_only import CloudOnlyRun
 from edgespec.edge.detok import IncrementalDecoder
 from edgespec.edge.draft import DraftModel
-from edgespec.edge.errors import EdgespecError, TokenizerMismatchError, from_rpc_error, is_retryable
-from edgespec.edge.stats import RequestStats
-from edgespec.edge.speculate import SpeculativeRun, backoff_s, cloud_tokens, generate_request
-from edgespec.edge.types import GenerationParams, Result, ServerInfo
+from edgespec.edge.errors import EdgespecError, TokenizerMismatchError
+from edgespec.edge.params import GenerationParams
+from edgespec.edge.rounds import SpeculativeRun
+from edgespec.edge.transport import Retries
+from edgespec.edge.types import Result, ServerInfo
+from edgespec.edge.wire import server_info
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
@@ -31,7 +34,6 @@ DEFAULT_CHANNEL_OPTIONS = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
 )
-MODE_NAMES = {pb.VERIFY_MODE_GREEDY: "greedy", pb.VERIFY_MODE_EXACT: "exact", pb.VERIFY_MODE_TOKEN: "token"}
 
 
 class AsyncEdgeClient:
@@ -77,33 +79,19 @@ class AsyncEdgeClient:
         """What the server serves; checks that its tokenizer is the draft's."""
         if self._info is None or refresh:
             reply = await self._unary_with_retries(lambda: self._stub.Info(pb.InfoRequest(), timeout=self.timeout))
-            info = ServerInfo(
-                model_id=reply.model_id,
-                tokenizer_fingerprint=reply.tokenizer_fingerprint,
-                vocab_size=reply.vocab_size,
-                max_context=reply.max_context,
-                max_k=reply.max_k,
-                max_new_tokens=reply.max_new_tokens,
-                modes=tuple(MODE_NAMES.get(m, str(m)) for m in reply.modes),
-                version=reply.version,
-                target_params=reply.target_params,
-                kv_bytes_per_token=reply.kv_bytes_per_token,
-                replica_rss_bytes=reply.replica_rss_bytes,
-                active_sessions=reply.active_sessions,
-            )
+            info = server_info(reply)
             if info.tokenizer_fingerprint != self.draft.manifest.tokenizer_fingerprint:
                 raise TokenizerMismatchError(self.draft.manifest.tokenizer_fingerprint, info.tokenizer_fingerprint)
             self._info = info
         return self._info
 
     async def _unary_with_retries(self, call):
-        for attempt in range(1, self.max_retries + 2):
+        retries = Retries(self.max_retries, self.timeout)
+        while True:
             try:
                 return await call()
             except grpc.RpcError as exc:
-                if not is_retryable(exc) or attempt > self.max_retries:
-                    raise from_rpc_error(exc) from None
-                await asyncio.sleep(backoff_s(attempt))
+                await asyncio.sleep(retries.next_delay(exc))  # raises the typed error when giving up
 
     # ---- generation ---------------------------------------------------------------------
 
@@ -133,19 +121,17 @@ class AsyncEdgeClient:
         gen = GenerationParams(**params)
         await self.info()
         stop = self.draft.manifest.eos_token_ids if gen.stop_token_ids is None else gen.stop_token_ids
-        request = generate_request(prompt_ids, gen, self.draft.manifest, stop, gen.max_new_tokens)
-        stats = RequestStats()
-        tokens: list[int] = []
-        finish = ""
+        run = CloudOnlyRun(
+            self._stub, prompt_ids, gen.sampling, self.draft.manifest.tokenizer_fingerprint,
+            max_new_tokens=gen.max_new_tokens, stop_token_ids=stop, timeout=self.timeout, max_retries=self.max_retries,
+        )
         loop = asyncio.get_running_loop()
         started = loop.time()
-        async for new_tokens, finish in cloud_tokens(self._stub, request, self.timeout, stats):
-            if not tokens:
-                stats.first_token_s = loop.time() - started
-            tokens.extend(new_tokens)
-        stats.wall_s = loop.time() - started
-        text = self.draft.tokenizer.decode(tokens, skip_special_tokens=False)
-        return Result(text=text, token_ids=tokens, prompt_ids=prompt_ids, finish_reason=finish, stats=stats)
+        async for _ in run.chunks():
+            pass
+        run.stats.wall_s = loop.time() - started
+        text = self.draft.tokenizer.decode(run.generated, skip_special_tokens=False)
+        return Result(text=text, token_ids=run.generated, prompt_ids=prompt_ids, finish_reason=run.finish_reason, stats=run.stats)
 
 
 class AsyncTextStream:

@@ -38,9 +38,11 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from edgespec.edge.graph import empty_past, open_session, run_graph
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
-from edgespec.edge.sampling import SamplingParams, SparseDist, probs_from_logits, round_rng, sample, truncate_top_n
+from edgespec.edge.params import SamplingParams
+from edgespec.edge.sampling import SparseDist, probs_from_logits, round_rng, sample, truncate_top_n
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
 
@@ -81,8 +83,7 @@ class DraftModel:
                 f"draft was exported with {self.manifest.tokenizer_fingerprint}; re-export the draft"
             )
         self.vocab_size: int = self.manifest.vocab_size
-        self.session = self._open_session(threads, providers or ["CPUExecutionProvider"])
-        self._kv_dtype = np.dtype(self.manifest.kv_dtype)
+        self.session = self._open_session(threads, providers)
         self.stats = DraftStats()
         self.tokens: list[int] = []
         self.cache_len = 0
@@ -97,22 +98,17 @@ class DraftModel:
         """
         clone = object.__new__(DraftModel)
         clone.model_dir, clone.manifest, clone.tokenizer = self.model_dir, self.manifest, self.tokenizer
-        clone.vocab_size, clone.session, clone._kv_dtype = self.vocab_size, self.session, self._kv_dtype
+        clone.vocab_size, clone.session = self.vocab_size, self.session
         clone.stats = DraftStats()
         clone.tokens, clone.cache_len, clone._past = [], 0, []
         clone.reset([])
         return clone
 
-    def _open_session(self, threads: int, providers: list[str]) -> ort.InferenceSession:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.log_severity_level = 3
+    def _open_session(self, threads: int, providers: list[str] | None) -> ort.InferenceSession:
         path = self.model_dir / self.manifest.onnx_file
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found; the draft directory is incomplete, re-export it")
-        session = ort.InferenceSession(str(path), options, providers=providers)
+        session = open_session(path, threads=threads, providers=providers)
         graph_inputs = [i.name for i in session.get_inputs()]
         if sorted(graph_inputs) != sorted(self.manifest.input_names):
             raise ValueError(
@@ -153,8 +149,7 @@ class DraftModel:
 
     def _trim_cache(self, length: int) -> None:
         if length == 0:
-            shape = (1, self.manifest.num_kv_heads, 0, self.manifest.head_dim)
-            self._past = [np.zeros(shape, self._kv_dtype) for _ in self.manifest.past_inputs]
+            self._past = empty_past(self.manifest)
         elif length < self.cache_len:
             self._past = [kv[:, :, :length, :] for kv in self._past]
         self.cache_len = length
@@ -217,22 +212,11 @@ class DraftModel:
 
     def _feed(self, ids: list[int]) -> np.ndarray:
         """One forward over ``ids`` against the cache; extends the cache. Returns logits [n, V]."""
-        logits, self._past = self._run(ids, self.cache_len, self._past)
+        logits, self._past = run_graph(self.session, self.manifest, ids, self.cache_len, self._past)
         self.cache_len += len(ids)
         self.stats.forwards += 1
         self.stats.fed_tokens += len(ids)
         return logits
-
-    def _run(self, ids: list[int], start: int, past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        m = self.manifest
-        feeds = {
-            m.ids_input: np.asarray(ids, dtype=np.int64)[None],  # [1, n]
-            m.positions_input: np.arange(start, start + len(ids), dtype=np.int64)[None],  # [1, n]
-        }
-        # Rolled-back caches are strided views; ONNX Runtime wants contiguous buffers.
-        feeds.update((name, np.ascontiguousarray(kv)) for name, kv in zip(m.past_inputs, past))
-        logits, *present = self.session.run(m.output_names, feeds)
-        return logits[0], present
 
     def logits_for_context(self, context_ids: Sequence[int]) -> np.ndarray:
         """Logits [len, V] over ``context_ids`` from an empty cache; leaves the model's state alone."""
@@ -240,9 +224,7 @@ class DraftModel:
         if not context:
             raise ValueError("context_ids must hold at least one token")
         self._check_length(len(context), "the context")
-        shape = (1, self.manifest.num_kv_heads, 0, self.manifest.head_dim)
-        empty = [np.zeros(shape, self._kv_dtype) for _ in self.manifest.past_inputs]
-        return self._run(context, 0, empty)[0]
+        return run_graph(self.session, self.manifest, context, 0, empty_past(self.manifest))[0]
 
     # -- validation -----------------------------------------------------------------------
 

@@ -1,14 +1,17 @@
-"""The SDK's typed errors: one base class, one subclass per thing a caller can act on.
+"""edgespec's typed errors: one hierarchy for the device, the verifier and the tooling.
 
     EdgespecError
     ├── ConnectionFailedError     the server could not be reached (after retries)
     ├── RequestTimeoutError       no reply within the timeout (after retries)
-    ├── TokenizerMismatchError    draft and target tokenize differently
-    └── ServerError               the server answered with an error status
+    ├── TokenizerMismatchError    draft and target tokenize differently (also a ValueError)
+    └── ServerError               a gRPC status: what the server answered (SDK), or what it
+        │                         answers (the verifier raises these to refuse a request)
         ├── InvalidRequestError       INVALID_ARGUMENT / OUT_OF_RANGE: fix the request
         ├── SessionStateError         FAILED_PRECONDITION: protocol misuse
         ├── CapacityError             RESOURCE_EXHAUSTED: retry later / add replicas
         └── InternalServerError       INTERNAL / UNKNOWN / anything else
+
+Tooling adds its own leaves (``ExportError`` in ``edgespec.cloud.training.export``).
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ class RequestTimeoutError(EdgespecError):
     pass
 
 
-class TokenizerMismatchError(EdgespecError):
-    def __init__(self, draft_fingerprint: str, server_fingerprint: str):
+class TokenizerMismatchError(EdgespecError, ValueError):
+    def __init__(self, draft_fingerprint: str, server_fingerprint: str, message: str | None = None):
         super().__init__(
-            f"tokenizer mismatch: the draft's tokenizer is {draft_fingerprint!r} but the server's "
+            message
+            or f"tokenizer mismatch: the draft's tokenizer is {draft_fingerprint!r} but the server's "
             f"target uses {server_fingerprint!r}; export the draft with the target's tokenizer"
         )
         self.draft_fingerprint = draft_fingerprint
@@ -89,6 +93,11 @@ RETRYABLE_CODES = frozenset(
 )
 
 
+def status_error(code: grpc.StatusCode, details: str) -> ServerError:
+    """The ServerError subclass for a status code (the verifier refuses requests with these)."""
+    return _BY_CODE.get(code, InternalServerError)(code, details)
+
+
 def from_rpc_error(error: grpc.RpcError) -> EdgespecError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else "") or str(error)
@@ -96,7 +105,7 @@ def from_rpc_error(error: grpc.RpcError) -> EdgespecError:
         return ConnectionFailedError(f"server unavailable: {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimeoutError(f"request timed out: {details}")
-    return _BY_CODE.get(code, InternalServerError)(code, details)
+    return status_error(code, details)
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -20,32 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgespec.edge.params import SamplingParams
+
 # A fixed salt keeps draft-side streams apart from other users of the same (seed, round).
 _ROUND_SALT = 0xED6E
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How a token is chosen from logits. ``temperature == 0`` means greedy (argmax)."""
-
-    temperature: float = 0.0
-    top_k: int = 0  # 0 = no top-k filter
-    top_p: float = 1.0  # 1.0 = no nucleus filter
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.temperature >= 0.0:  # NOTE: written this way so NaN is rejected too
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
-        if not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0.0
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 For each model: export it, build a ~200-token context, then run drafting rounds that each
 make k single-token forwards against that context and roll back, so the context length stays
 fixed. ORT and torch blocks alternate; the figure is the median over blocks of ms per drafted
-token. Models: the tiny Llama draft of ``edgespec.cloud.tiny`` and a 1-layer Llama with
+token. Models: the tiny Llama draft of ``edgespec.cloud.training.tiny`` and a 1-layer Llama with
 hidden 128 and vocabulary 4096 (random init).
 
     .venv/bin/python scripts/bench_draft.py [--context 200] [--k 4] [--rounds 50] [--blocks 5] [--model DIR]
@@ -22,8 +22,8 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from edgespec.cloud.export import export_draft
-from edgespec.cloud.tiny import build_tiny_pair, corpus_text, save_tokenizer, train_tokenizer
+from edgespec.cloud.training.export import export_draft
+from edgespec.cloud.training.tiny import build_tiny_pair, corpus_text, save_tokenizer, train_tokenizer
 from edgespec.edge.draft import DraftModel
 
 

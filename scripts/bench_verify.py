@@ -26,7 +26,6 @@ from pathlib import Path
 import grpc
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -79,14 +78,14 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
-    from conftest import free_port
+    from edgespec.cloud.bench.harness import free_port
 
-    from edgespec.cloud.app import init_ray, serve_verifier
-    from edgespec.cloud.config import DeploymentOptions, VerifierConfig
+    from edgespec.cloud.serving.app import init_ray, serve_verifier
+    from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
     target = args.target or ROOT / "models" / "demo" / "target"
     if not (target / "config.json").is_file():
-        from edgespec.cloud.tiny import build_tiny_pair
+        from edgespec.cloud.training.tiny import build_tiny_pair
 
         target = build_tiny_pair(ROOT / "runs" / "tiny-pair").target_dir
     counts = [int(n) for n in args.sessions.split(",")]

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -15,20 +12,30 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SERVE_START_TIMEOUT_S = 240
+from helpers import ModelPair, Server, start_server, stop_server  # noqa: E402
+
+# A test that needs any of these (directly or through another fixture) loads or exports a
+# model or starts Serve: it is slow, and `make test-fast` (-m "not slow") leaves it out.
+MODEL_FIXTURES = {"tiny_pair", "server", "target_model"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+SLOW_MODULE_LINE = "pytestmark = pytest.mark.slow"
 
 
-@dataclass(frozen=True)
-class ModelPair:
-    target_dir: Path
-    draft_hf_dir: Path
-    draft_dir: Path  # exported ONNX draft
+def pytest_ignore_collect(collection_path, config):
+    """With slow tests deselected, a test module marked slow as a whole is not even imported."""
+    if config.getoption("markexpr", "") != "not slow" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    head = collection_path.read_text(encoding="utf-8", errors="replace")
+    return True if any(line.startswith(SLOW_MODULE_LINE) for line in head.splitlines()) else None
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +43,8 @@ def tiny_pair(tmp_path_factory) -> ModelPair:
     """A 4-layer random Llama target, its 1-layer cut as draft, and the draft in ONNX."""
     import torch
 
-    from edgespec.cloud.export import export_draft
-    from edgespec.cloud.tiny import build_tiny_pair
+    from edgespec.cloud.training.export import export_draft
+    from edgespec.cloud.training.tiny import build_tiny_pair
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tiny")
@@ -45,42 +52,6 @@ def tiny_pair(tmp_path_factory) -> ModelPair:
     draft_dir = root / "draft"
     export_draft(pair.draft_dir, draft_dir)
     return ModelPair(pair.target_dir, pair.draft_dir, draft_dir)
-
-
-@dataclass
-class Server:
-    address: str
-    grpc_port: int
-    pair: ModelPair
-    metrics_port: int
-
-
-def start_server(pair: ModelPair, **config_overrides) -> Server:
-    from edgespec.cloud.app import init_ray, serve_verifier
-    from edgespec.cloud.config import DeploymentOptions, VerifierConfig
-
-    metrics_port = free_port()
-    init_ray(num_cpus=4, metrics_export_port=metrics_port)
-    port = free_port()
-    config = VerifierConfig(model=str(pair.target_dir), device="cpu", **config_overrides)
-    serve_verifier(
-        config,
-        DeploymentOptions(num_cpus=0.5),
-        grpc_port=port,
-        http_port=free_port(),
-        timeout_s=SERVE_START_TIMEOUT_S,
-    )
-    return Server(f"127.0.0.1:{port}", port, pair, metrics_port)
-
-
-def stop_server() -> None:
-    import ray
-    from ray import serve
-
-    try:
-        serve.shutdown()
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -105,41 +76,3 @@ def target_model(tiny_pair):
     return AutoModelForCausalLM.from_pretrained(tiny_pair.target_dir).eval()
 
 
-def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:
-    import torch
-
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt_ids]),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
-        )
-    return out[0, len(prompt_ids) :].tolist()
-
-
-PROMPTS = [
-    "def main(argv=None):\n    parser = ",
-    "import os\nimport sys\n\n",
-    "class Formatter:\n    def __init__(self",
-    "    return self.",
-    "x = [",
-    "for i in range(",
-    "if __name__ == '__main__':\n",
-    "    def format_help(self):\n        ",
-    "from typing import",
-    "# Copyright",
-    "        raise ValueError(",
-    "while True:\n    ",
-    "try:\n    import",
-    "def _get_args(self):\n",
-    "    @property\n    def",
-    "result = {}\nfor key, value in",
-    "lines = text.splitlines()\n",
-    "        self._width = ",
-    "print(",
-    "_sentinel = object()\n",
-    "JSON = ",
-    "    except KeyError:\n        ",
-]

@@ -8,21 +8,29 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO
+
 
 
 def test_generated_code_is_fresh(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--out", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run([sys.executable, str(REPO / "scripts" / "gen_proto.py"), "--out", str(tmp_path)], check=True, capture_output=True)
     generated = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert generated, "the generator wrote nothing"
-    stale = [str(rel) for rel in generated if not filecmp.cmp(tmp_path / rel, ROOT / "proto" / rel, shallow=False)]
+    stale = [str(rel) for rel in generated if not filecmp.cmp(tmp_path / rel, REPO / "proto" / rel, shallow=False)]
     assert not stale, f"generated code is stale, run `make proto`: {stale}"
 
 
-def test_nothing_is_importable_as_proto():
-    # proto-plus (pulled in by Ray) owns the top-level name `proto`.
+def test_nothing_of_ours_is_importable_as_proto():
+    # proto-plus (pulled in by Ray) owns the top-level name `proto`: if `proto` imports at all,
+    # it must be proto-plus's own file, never this repository's proto/ folder.
+    assert not (REPO / "proto" / "__init__.py").exists()
     spec = importlib.util.find_spec("proto")
-    assert spec is None or "proto_plus" in str(spec.origin) or "site-packages" in str(spec.origin)
+    if spec is not None:
+        from importlib.metadata import distribution
+
+        owner = distribution("proto-plus")
+        files = {str(owner.locate_file(f)) for f in owner.files or []}
+        assert spec.origin in files, f"`proto` resolves to {spec.origin}, not to proto-plus"
 
 
 def test_contract_has_the_three_rpcs():

@@ -21,8 +21,8 @@ import torch
 
 from edgespec.cloud.bench.diagnosis import Diagnosis
 from edgespec.cloud.bench.harness import Harness, Summary, shown
-from edgespec.cloud.config import VerifierConfig
-from edgespec.cloud.engine import TargetEngine
+from edgespec.cloud.serving.config import VerifierConfig
+from edgespec.cloud.serving.engine import TargetEngine
 from edgespec.cloud.simulate.calibration import Calibration, VerifyModel
 
 BATCHES = (1, 2, 4, 8, 16, 32)

@@ -130,7 +130,7 @@ class Harness:
 
     def use_link(self, profile) -> None:
         """Routes every following measurement through an emulated link (None: direct)."""
-        from edgespec.cloud.link import LinkEmulator
+        from edgespec.cloud.link.emulator import LinkEmulator
 
         self.client.close()
         if self.link:
@@ -144,8 +144,8 @@ class Harness:
     def _start_serve(self, torch_threads: int, max_sessions: int) -> str:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        from edgespec.cloud.app import init_ray, serve_verifier
-        from edgespec.cloud.config import DeploymentOptions, VerifierConfig
+        from edgespec.cloud.serving.app import init_ray, serve_verifier
+        from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
         self.progress(f"starting Ray Serve with {self.target} (CPU, {torch_threads} torch thread(s)) ...")
         started = time.perf_counter()

@@ -21,7 +21,7 @@ from edgespec.cloud.bench.capacity import CapacityRow
 from edgespec.cloud.bench.capacity import measure as measure_sessions
 from edgespec.cloud.bench.calibrate import calibrate, time_verify_table
 from edgespec.cloud.bench.harness import Harness, Summary, shown
-from edgespec.cloud.link_profiles import get_profile
+from edgespec.cloud.link.profiles import get_profile
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate import sweeps
 from edgespec.cloud.simulate.engine import simulate

@@ -94,7 +94,7 @@ def compare(harness: Harness, prompts: list[str], params: dict, label: str) -> C
 def run_bench(config: BenchConfig, progress: Callable[[str], None] = print) -> BenchReport:
     with Harness(config.target, config.draft, server=config.server, progress=progress) as harness:
         if config.link:
-            from edgespec.cloud.link_profiles import get_profile
+            from edgespec.cloud.link.profiles import get_profile
 
             harness.use_link(get_profile(config.link))
         return _run(harness, config, progress)

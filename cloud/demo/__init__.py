@@ -8,7 +8,7 @@ The stages (see ``edgespec train-demo``):
    split into a flat token file and cut prompt files (:mod:`.data`, :mod:`.prompts`);
 2. ``target``: pretrain a deep, narrow Llama (:mod:`.pretrain`, shapes in :mod:`.models`);
 3. ``draft``: pretrain a one-layer draft on the same tokens;
-4. ``distill``: align the draft to the target (:mod:`edgespec.cloud.distill`);
+4. ``distill``: align the draft to the target (:mod:`edgespec.cloud.training.distill`);
 5. ``eval``: losses, alpha, greedy agreement and simulated acceptance length (:mod:`.evaluate`);
 6. ``ship``: copy the small artefacts into ``models/demo``.
 """

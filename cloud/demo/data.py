@@ -8,7 +8,7 @@ Everything lands in one data directory::
     heldout.jsonl, tuning.jsonl              prompts (held-out files / validation files)
 
 The ``.bin`` files are flat so a batch is a few random slices
-(see :class:`edgespec.cloud.token_data.TokenStream`).
+(see :class:`edgespec.cloud.training.data.TokenStream`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from edgespec.cloud.demo.corpus import (
     stdlib_root,
 )
 from edgespec.cloud.demo.prompts import PromptSpec, cut_prompts
-from edgespec.cloud.tiny import EOS_TOKEN, save_tokenizer, train_tokenizer
+from edgespec.cloud.training.tiny import EOS_TOKEN, save_tokenizer, train_tokenizer
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
 EOS_ID = 0  # train_tokenizer puts <|endoftext|> first

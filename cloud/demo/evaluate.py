@@ -11,12 +11,11 @@ Figures, all on data no training or tuning step saw except the validation loss:
   The mean acceptance length tau counts that extra token (tau is in [1, k + 1]), as vLLM and
   EAGLE report it; the acceptance rate is accepted / drafted.
 
-Run: ``python -m edgespec.cloud.demo.evaluate --target DIR --draft DIR --data-dir runs/demo/data``.
+Run: ``edgespec evaluate --target DIR --draft DIR --data-dir runs/demo/data``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -27,11 +26,11 @@ from tqdm import tqdm
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
-from edgespec.cloud.alignment import alpha, cross_entropy, greedy_agreement, kl_divergence
-from edgespec.cloud.continuation import continue_prompts
-from edgespec.cloud.distill import check_pair
-from edgespec.cloud.token_data import TokenStream
-from edgespec.cloud.training import configure_threads
+from edgespec.cloud.training.alignment import alpha, cross_entropy, greedy_agreement, kl_divergence
+from edgespec.cloud.training.continuation import continue_prompts
+from edgespec.cloud.training.distill import check_pair
+from edgespec.cloud.training.data import TokenStream
+from edgespec.cloud.training.loop import configure_threads
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.tokenizer import load_tokenizer
 
@@ -214,31 +213,3 @@ def evaluate_pair(config: EvalConfig) -> EvalResult:
         per_position_acceptance=stats.per_position, rounds=stats.rounds, prompts=len(rows),
         tau_with_lookup=looked_up.tau, acceptance_rate_with_lookup=looked_up.acceptance_rate,
     )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", type=Path, required=True)
-    parser.add_argument("--draft", type=Path, required=True)
-    parser.add_argument("--data-dir", type=Path, default=Path("runs/demo/data"), help="holds validation.bin and heldout.bin")
-    parser.add_argument("--prompts", type=Path, default=Path("prompts/heldout.jsonl"))
-    parser.add_argument("--max-prompts", type=int, default=64)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-
-
-def run(args: argparse.Namespace) -> int:
-    config = EvalConfig(args.target, args.draft, args.data_dir, args.prompts, max_prompts=args.max_prompts,
-                        k=args.k, new_tokens=args.new_tokens, threads=args.threads)
-    result = evaluate_pair(config)
-    print(result.summary())
-    if args.json:
-        args.json.write_text(json.dumps(asdict(result), indent=1) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m edgespec.cloud.demo.evaluate", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args()))

@@ -14,27 +14,28 @@ batches an uninterrupted one would have.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 from transformers import LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 from edgespec.cloud.demo.models import ModelShape, param_count
-from edgespec.cloud.token_data import TokenStream
-from edgespec.cloud.training import (
+from edgespec.cloud.training.data import TokenStream
+from edgespec.cloud.training.loop import (
     Budget,
+    Every,
     LRSchedule,
+    RunLog,
+    adamw,
     checkpoint_exists,
     configure_threads,
     load_trainer_state,
     save_checkpoint,
-    set_lr,
+    train_loop,
 )
 
 
@@ -70,19 +71,6 @@ class PretrainConfig:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
 
 
-class _Log:
-    def __init__(self, out_dir: Path) -> None:
-        self.text = (out_dir / "train.log").open("a", buffering=1)
-        self.jsonl = (out_dir / "metrics.jsonl").open("a", buffering=1)
-
-    def __call__(self, message: str, **metrics) -> None:
-        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}"
-        self.text.write(line + "\n")
-        tqdm.write(line, file=sys.stderr)
-        if metrics:
-            self.jsonl.write(json.dumps({"time": time.time(), **metrics}) + "\n")
-
-
 def lm_loss(model, windows: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy (nats) over [batch, length] windows."""
     logits = model(input_ids=windows[:, :-1]).logits
@@ -101,26 +89,17 @@ def evaluate_loss(model, windows: torch.Tensor, batch_size: int = 4) -> float:
     return total / windows.size(0)
 
 
-def _optimizer(model, config: PretrainConfig) -> torch.optim.AdamW:
-    # No weight decay on norms (1-D); embeddings/head are decayed like other matrices.
-    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.schedule.peak, betas=(0.9, 0.95), eps=1e-8)
-
-
-def _load_or_init(config: PretrainConfig, vocab_size: int, log: _Log):
+def _load_or_init(config: PretrainConfig, vocab_size: int, log: RunLog):
     ckpt = config.out_dir / "checkpoint"
     if checkpoint_exists(ckpt):
         model = LlamaForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32)
-        optimizer = _optimizer(model, config)
+        optimizer = adamw(model, config.schedule.peak, config.weight_decay)
         state = load_trainer_state(ckpt, optimizer)
         log(f"resumed from {ckpt}: step {state['step']}, {state['tokens']:,} tokens, {state['elapsed_s'] / 60:.1f} min")
         return model, optimizer, state
     torch.manual_seed(config.seed)
     model = LlamaForCausalLM(config.shape.llama_config(vocab_size))
-    return model, _optimizer(model, config), {"step": 0, "tokens": 0, "elapsed_s": 0.0, "evals": []}
+    return model, adamw(model, config.schedule.peak, config.weight_decay), {"step": 0, "tokens": 0, "elapsed_s": 0.0, "evals": []}
 
 
 def pretrain(config: PretrainConfig) -> dict:
@@ -128,7 +107,7 @@ def pretrain(config: PretrainConfig) -> dict:
     configure_threads(config.threads)
     hf_logging.disable_progress_bar()
     config.out_dir.mkdir(parents=True, exist_ok=True)
-    log = _Log(config.out_dir)
+    log = RunLog(config.out_dir, "train.log", "metrics.jsonl")
     tokenizer_dir = config.data_dir / "tokenizer"
     train = TokenStream.from_bin(config.data_dir / "train.bin")
     val_windows = TokenStream.from_bin(config.data_dir / "validation.bin").fixed_windows(config.eval_windows, config.seq_len + 1)
@@ -151,45 +130,30 @@ def pretrain(config: PretrainConfig) -> dict:
                 kind="eval", step=state["step"], tokens=state["tokens"], val_loss=val, elapsed_s=state["elapsed_s"])
         save_checkpoint(config.out_dir / "checkpoint", model, optimizer, state, tokenizer_dir)
 
-    started = time.time()
-    base_elapsed = state["elapsed_s"]
-    last_ckpt = last_log = time.time()
     losses: list[float] = []
-    bar = tqdm(total=1000, desc="pretrain (per-mille of budget)", file=sys.stderr, mininterval=60)
-    while True:
-        state["elapsed_s"] = base_elapsed + time.time() - started
+    last_log = [time.time()]
+
+    def step_loss(step: int) -> tuple[torch.Tensor, int]:
+        gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)  # batches from (seed, step)
+        return lm_loss(model, train.random_windows(config.batch_size, config.seq_len + 1, gen)), config.batch_size * config.seq_len
+
+    def log_losses() -> None:
+        now, lr = time.time(), optimizer.param_groups[0]["lr"]
+        mean = sum(losses) / max(len(losses), 1)
+        rate = config.batch_size * config.seq_len * len(losses) / (now - last_log[0])
         progress = config.budget.progress(state["tokens"], state["elapsed_s"])
-        bar.update(int(progress * 1000) - bar.n)
-        if progress >= 1.0:
-            break
-        # 1. LR from the budget, batch from (seed, step)
-        lr = config.schedule.lr(state["tokens"], progress)
-        set_lr(optimizer, lr)
-        gen = torch.Generator().manual_seed(config.seed * 1_000_003 + state["step"])
-        batch = train.random_windows(config.batch_size, config.seq_len + 1, gen)
-        # 2. one optimizer step
-        loss = lm_loss(model, batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        state["step"] += 1
-        state["tokens"] += config.batch_size * config.seq_len
-        losses.append(loss.item())
-        # 3. log, evaluate + checkpoint on wall-clock intervals
-        now = time.time()
-        if now - last_log >= 60 * config.log_minutes:
-            mean = sum(losses) / len(losses)
-            rate = config.batch_size * config.seq_len * len(losses) / (now - last_log)
-            log(f"step {state['step']} tokens {state['tokens']:,} train_loss {mean:.4f} lr {lr:.2e} "
-                f"{rate:.0f} tok/s progress {progress:.3f}",
-                kind="train", step=state["step"], tokens=state["tokens"], train_loss=mean, lr=lr, tok_s=rate,
-                elapsed_s=state["elapsed_s"])
-            losses, last_log = [], now
-        if now - last_ckpt >= 60 * config.checkpoint_minutes:
-            checkpoint()
-            last_ckpt = time.time()
-    bar.close()
+        log(f"step {state['step']} tokens {state['tokens']:,} train_loss {mean:.4f} lr {lr:.2e} "
+            f"{rate:.0f} tok/s progress {progress:.3f}",
+            kind="train", step=state["step"], tokens=state["tokens"], train_loss=mean, lr=lr, tok_s=rate,
+            elapsed_s=state["elapsed_s"])
+        losses.clear()
+        last_log[0] = now
+
+    train_loop(
+        model, optimizer, state, budget=config.budget, schedule=config.schedule, step_loss=step_loss,
+        grad_clip=config.grad_clip, every=[Every(config.log_minutes, log_losses), Every(config.checkpoint_minutes, checkpoint)],
+        on_step=lambda loss, lr: losses.append(loss), desc="pretrain",
+    )
     checkpoint()
     save_checkpoint(final, model, None, state, tokenizer_dir)
     log(f"done: {state['tokens']:,} tokens in {state['elapsed_s'] / 60:.1f} min -> {final}")

@@ -1,4 +1,4 @@
-"""``edgespec demo`` (``make demo``): the whole product on one machine, in one command.
+"""The demo (``edgespec demo``, ``make demo``): the whole product on one machine, in one command.
 
 1. picks the demo pair: the trained one shipped in models/demo, or (if absent) a tiny pair
    built on the fly, and says which;
@@ -15,11 +15,10 @@ stream a client ends after its last verdict; that is not an error).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,29 +27,37 @@ HELD_OUT_PROMPTS = REPO / "prompts" / "heldout.jsonl"
 FALLBACK_PROMPT = "def parse_args(argv=None):\n    parser = argparse.ArgumentParser("
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", type=Path, help="target model dir (default: models/demo/target)")
-    parser.add_argument("--draft", type=Path, help="ONNX draft dir (default: models/demo/draft)")
-    parser.add_argument("--prompt", help="prompt text (default: the first held-out prompt)")
-    parser.add_argument("--prompt-index", type=int, default=0, help="which held-out prompt to use")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--k", default="auto", help="drafted tokens per round, or 'auto' (adaptive, the SDK default)")
-    parser.add_argument("--timing-prompts", type=int, default=8, choices=range(1, 65), metavar="N",
-                        help="held-out prompts to time, the streamed one first (1-64)")
-    parser.add_argument("--repeats", type=int, default=1, choices=range(1, 101), metavar="N",
-                        help="alternating speculative/cloud-only runs per timed prompt (1-100)")
-    parser.add_argument("--grpc-port", type=int, default=9000)
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
+@dataclass(frozen=True)
+class DemoConfig:
+    """What ``edgespec demo`` runs; the defaults are ``make demo``."""
+
+    target: Path | None = None  # default: models/demo/target (or a tiny pair built on the fly)
+    draft: Path | None = None  # default: models/demo/draft
+    prompt: str | None = None  # default: the held-out prompt at prompt_index
+    prompt_index: int = 0
+    max_new_tokens: int = 128
+    k: int | str = "auto"
+    timing_prompts: int = 8
+    repeats: int = 1
+    grpc_port: int = 9000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.timing_prompts <= 64:
+            raise ValueError(f"timing_prompts must be in 1..64, got {self.timing_prompts}")
+        if not 1 <= self.repeats <= 100:
+            raise ValueError(f"repeats must be in 1..100, got {self.repeats}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
-def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path, str]:
-    if args.target and args.draft:
-        return args.target, args.draft, "given"
+def resolve_pair(demo: DemoConfig) -> tuple[Path, Path, str]:
+    if demo.target and demo.draft:
+        return demo.target, demo.draft, "given"
     target, draft = DEFAULT_PAIR / "target", DEFAULT_PAIR / "draft"
     if (target / "config.json").is_file() and (draft / "manifest.json").is_file():
         return target, draft, "trained demo pair (models/demo)"
-    from edgespec.cloud.export import export_draft
-    from edgespec.cloud.tiny import build_tiny_pair
+    from edgespec.cloud.training.export import export_draft
+    from edgespec.cloud.training.tiny import build_tiny_pair
 
     root = REPO / "runs" / "tiny-pair"
     print("models/demo not found: building a tiny random pair on the fly (no speedup expected from it)")
@@ -60,52 +67,51 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path, str]:
     return pair.target_dir, root / "draft", "tiny random pair (runs/tiny-pair)"
 
 
-def load_prompts(args: argparse.Namespace) -> list[str]:
+def load_prompts(demo: DemoConfig) -> list[str]:
     """The prompt to stream first, then the others to time."""
     from edgespec.cloud.bench.harness import load_prompts as read_prompt_file
 
     pool = read_prompt_file(HELD_OUT_PROMPTS) if HELD_OUT_PROMPTS.is_file() else []
-    first = args.prompt or (pool[args.prompt_index % len(pool)] if pool else FALLBACK_PROMPT)
+    first = demo.prompt or (pool[demo.prompt_index % len(pool)] if pool else FALLBACK_PROMPT)
     others = [p for p in pool if p != first]
-    return [first] + others[: args.timing_prompts - 1]
+    return [first] + others[: demo.timing_prompts - 1]
 
 
-def run(args: argparse.Namespace) -> int:
+def run_demo(demo: DemoConfig) -> dict:
+    """Serves the target, streams one completion, times both paths; returns the figures."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from edgespec.cloud.app import init_ray, serve_verifier
-    from edgespec.cloud.config import DeploymentOptions, VerifierConfig
+    from edgespec.cloud.serving.app import init_ray, serve_verifier
+    from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
     from edgespec.edge.client import EdgeClient
 
-    target, draft, origin = resolve_pair(args)
-    prompts = load_prompts(args)
+    target, draft, origin = resolve_pair(demo)
+    prompts = load_prompts(demo)
     print(f"[1/4] models: {origin}\n      target {target}\n      draft  {draft}")
     print("[2/4] starting Ray and Serve (target on CPU, 1 thread) ...", flush=True)
     started = time.perf_counter()
     init_ray(num_cpus=2, log_to_driver=False)
-    config = VerifierConfig(model=str(target), device="cpu", torch_threads=1, max_new_tokens=4096)
-    serve_verifier(config, DeploymentOptions(num_cpus=1), grpc_port=args.grpc_port, timeout_s=600, progress=lambda m: print("      " + m, flush=True))
-    print(f"      serving on 127.0.0.1:{args.grpc_port} after {time.perf_counter() - started:.0f}s")
+    verifier = VerifierConfig(model=str(target), device="cpu", torch_threads=1, max_new_tokens=4096)
+    serve_verifier(verifier, DeploymentOptions(num_cpus=1), grpc_port=demo.grpc_port, timeout_s=600, progress=lambda m: print("      " + m, flush=True))
+    print(f"      serving on 127.0.0.1:{demo.grpc_port} after {time.perf_counter() - started:.0f}s")
     try:
-        with EdgeClient(f"127.0.0.1:{args.grpc_port}", draft, draft_threads=1) as client:
-            figures = demo_session(client, prompts, args)
+        with EdgeClient(f"127.0.0.1:{demo.grpc_port}", draft, draft_threads=1) as client:
+            figures = demo_session(client, prompts, demo)
     finally:
         from ray import serve
 
         serve.shutdown()
-    if args.json:
-        print(json.dumps(figures))
-    return 0
+    return figures
 
 
-def demo_session(client, prompts: list[str], args: argparse.Namespace) -> dict:
+def demo_session(client, prompts: list[str], demo: DemoConfig) -> dict:
     from edgespec.edge.stats import RequestStats
 
-    params = dict(max_new_tokens=args.max_new_tokens, k=args.k)
+    params = dict(max_new_tokens=demo.max_new_tokens, k=demo.k)
     prompt = prompts[0]
     client.generate(prompt, max_new_tokens=8)  # warm-up: first-call costs stay out of the timings
     client.generate_cloud(prompt, max_new_tokens=8)
-    print(f"[3/4] speculative completion (k={args.k}) of a held-out prompt:\n")
+    print(f"[3/4] speculative completion (k={demo.k}) of a held-out prompt:\n")
     sys.stdout.write(prompt)
     stream = client.stream(prompt, **params)
     for piece in stream:
@@ -113,12 +119,12 @@ def demo_session(client, prompts: list[str], args: argparse.Namespace) -> dict:
         sys.stdout.flush()
     first = stream.result
     print("\n")
-    runs = len(prompts) * args.repeats
+    runs = len(prompts) * demo.repeats
     print(f"[4/4] timing speculative vs cloud-only (Generate) on {len(prompts)} held-out prompt(s), "
-          f"{args.max_new_tokens} new tokens, arms alternating ({2 * runs} runs) ...", flush=True)
+          f"{demo.max_new_tokens} new tokens, arms alternating ({2 * runs} runs) ...", flush=True)
     spec_stats, cloud_stats, identical = [], [], 0
-    for i, text in enumerate(prompts * args.repeats):
-        cloud = client.generate_cloud(text, max_new_tokens=args.max_new_tokens)
+    for i, text in enumerate(prompts * demo.repeats):
+        cloud = client.generate_cloud(text, max_new_tokens=demo.max_new_tokens)
         spec = first if i == 0 else client.generate(text, **params)
         cloud_stats.append(cloud.stats)
         spec_stats.append(spec.stats)
@@ -148,7 +154,7 @@ def demo_session(client, prompts: list[str], args: argparse.Namespace) -> dict:
     }
     print(f"\n      over {runs} run(s) on {len(prompts)} held-out prompt(s):")
     print(f"      acceptance rate          {stats.acceptance_rate:.1%}")
-    print(f"      mean acceptance length   {stats.mean_acceptance_length:.2f} tokens/round (k={args.k}, bonus included)")
+    print(f"      mean acceptance length   {stats.mean_acceptance_length:.2f} tokens/round (k={demo.k}, bonus included)")
     print(f"      acceptance by position   {' '.join(f'{x:.2f}' for x in stats.acceptance_by_position)}")
     print(f"      target calls per token   {stats.target_calls_per_token:.3f} (cloud-only: 1.000)")
     print(f"      ms per token             {stats.ms_per_token:.1f} speculative vs {cloud_total.ms_per_token:.1f} cloud-only")

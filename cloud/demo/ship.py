@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from edgespec.cloud.demo.models import param_count
-from edgespec.cloud.training import STATE_FILE, checkpoint_exists
+from edgespec.cloud.training.loop import STATE_FILE, checkpoint_exists
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

@@ -1,4 +1,4 @@
-"""``edgespec train-demo``: the whole reproducible pipeline that builds the demo pair.
+"""The whole reproducible pipeline that builds the demo pair (``edgespec train-demo``).
 
 Stages, in order (``--stages`` picks a subset; ``--resume`` continues any stage that left a
 checkpoint and skips stages whose output exists):
@@ -6,7 +6,7 @@ checkpoint and skips stages whose output exists):
   data     split the stdlib by file, train the BPE tokenizer, encode, cut prompts
   target   pretrain the deep narrow target (hours of CPU: the one to start early)
   draft    pretrain the one-layer draft on the same tokens
-  distill  align the draft to the target (KL(p||q), see edgespec.cloud.distill)
+  distill  align the draft to the target (KL(p||q), see edgespec.cloud.training.distill)
   eval     losses, alpha, greedy agreement, simulated acceptance length on held-out data
   export   the shipped draft to ONNX for the device (--ship/draft: model.onnx, tokenizer, manifest)
   ship     copy the small artefacts (fp16 target, draft HF dir, metrics) into --ship
@@ -17,14 +17,13 @@ target/ (fp16), draft-hf/, draft/ (ONNX), metrics.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgespec.cloud.demo.models import DRAFT_SHAPE, TARGET_SHAPES
-from edgespec.cloud.training import Budget, LRSchedule, checkpoint_exists
+from edgespec.cloud.training.loop import Budget, LRSchedule, checkpoint_exists
 
 INVOCATIONS = "train_demo_invocations.jsonl"
 STAGES = ("data", "target", "draft", "distill", "eval", "export", "ship")
@@ -121,7 +120,7 @@ def stage_draft(config: TrainDemoConfig) -> None:
 
 
 def stage_distill(config: TrainDemoConfig) -> None:
-    from edgespec.cloud.distill import DistillConfig, distill
+    from edgespec.cloud.training.distill import DistillConfig, distill
 
     out = config.out / "distill"
     _guard_fresh(out / "checkpoint", config)
@@ -169,7 +168,7 @@ def stage_eval(config: TrainDemoConfig) -> None:
 
 
 def stage_export(config: TrainDemoConfig) -> None:
-    from edgespec.cloud.export import export_draft
+    from edgespec.cloud.training.export import export_draft
 
     export_draft(config.ship / "draft-hf", config.ship / "draft", overwrite=True)
     print(f"export: ONNX draft for the device written to {config.ship / 'draft'}")
@@ -202,41 +201,3 @@ def train_demo(config: TrainDemoConfig) -> None:
         if stage in config.stages:
             _banner(stage)
             runner(config)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = TrainDemoConfig()
-    parser.add_argument("--out", type=Path, default=d.out, help="working directory for all stages (default %(default)s)")
-    parser.add_argument("--ship", type=Path, default=d.ship, help="where the small shipped artefacts go (default %(default)s)")
-    parser.add_argument("--prompts", type=Path, default=d.prompts, help="where prompt files are copied (default %(default)s)")
-    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: %(default)s")
-    parser.add_argument("--resume", action="store_true", help="continue checkpoints and reuse finished stages")
-    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads per stage (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--target-shape", choices=sorted(TARGET_SHAPES), default=d.target_shape)
-    parser.add_argument("--target-minutes", type=float, default=d.target_minutes, help="wall-clock budget (0: none)")
-    parser.add_argument("--target-tokens", type=int, default=d.target_tokens, help="token budget (0: none); the first budget reached ends the stage")
-    parser.add_argument("--target-lr", type=float, default=d.target_lr)
-    parser.add_argument("--draft-minutes", type=float, default=d.draft_minutes)
-    parser.add_argument("--draft-tokens", type=int, default=d.draft_tokens)
-    parser.add_argument("--draft-lr", type=float, default=d.draft_lr)
-    parser.add_argument("--distill-minutes", type=float, default=d.distill_minutes)
-    parser.add_argument("--distill-temperature", type=float, default=d.distill_temperature)
-    parser.add_argument("--distill-generated-fraction", type=float, default=d.distill_generated_fraction,
-                        help="share of distillation batches that are target-generated continuations")
-    parser.add_argument("--eval-prompts", type=int, default=d.eval_prompts)
-
-
-def run(args: argparse.Namespace) -> int:
-    values = {k: v for k, v in vars(args).items() if k in TrainDemoConfig.__dataclass_fields__}
-    values["stages"] = tuple(s.strip() for s in args.stages.split(",") if s.strip())
-    train_demo(TrainDemoConfig(**values))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    p = argparse.ArgumentParser(prog="python -m edgespec.cloud.demo.train")
-    add_arguments(p)
-    sys.exit(run(p.parse_args()))

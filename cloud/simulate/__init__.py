@@ -3,7 +3,7 @@
 A discrete-event simulation (``engine.py``) of the speculative path (draft on the device, one
 round trip per block, batched verification on the replica) and of the cloud-only baseline
 (Generate: the replica decodes every token, tokens stream down the link). Links use the same
-delay model and profiles as the link emulator (``edgespec.cloud.link_profiles``); costs and
+delay model and profiles as the link emulator (``edgespec.cloud.link.profiles``); costs and
 acceptance come from a ``Calibration`` (JSON, schema in ``calibration.py``).
 
     from edgespec.cloud.simulate import FleetConfig, simulate

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from edgespec.cloud.link_profiles import LinkProfile, get_profile
+from edgespec.cloud.link.profiles import LinkProfile, get_profile
 
 LinkMix = tuple[tuple[LinkProfile, float], ...]
 
@@ -64,7 +64,7 @@ class FleetConfig:
         tokens_per_device: each device generates this many tokens, then stops.
         duration_s: instead, every device generates until this much simulated time has passed.
         max_batch_size: most rows in one replica forward.
-        batch_wait_ms: the replica's batch_wait_timeout_s, in ms (``cloud/scheduler.py``):
+        batch_wait_ms: the replica's batch_wait_timeout_s, in ms (``cloud/serving/scheduler.py``):
             once the model is free, a batch waits at most this long for more of the open
             sessions and starts at once when every open session is in. 0 takes only what
             queued during the previous forward. Default 5, as the server's.

@@ -9,7 +9,7 @@ Each replica has three shared resources, each a FIFO:
 
 - the **ingress** (``Calibration`` docstring, "The ingress"): every message of every session
   of the replica, in either direction, occupies it for its service time;
-- the **batch scheduler** (``cloud/scheduler.py``, replicated exactly): a batch is gathered
+- the **batch scheduler** (``cloud/serving/scheduler.py``, replicated exactly): a batch is gathered
   only once the model is free: whatever queued during the previous forward plus, for at most
   ``batch_wait_ms``, more of the open sessions; it closes early when every open session is
   in, and takes at most ``max_batch_size`` rows;
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
-from edgespec.cloud.link_profiles import DirectionSchedule, LinkProfile
+from edgespec.cloud.link.profiles import DirectionSchedule, LinkProfile
 from edgespec.cloud.simulate.calibration import Calibration
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.result import PathResult, SimResult

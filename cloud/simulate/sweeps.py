@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from edgespec.cloud.link_profiles import LinkProfile
+from edgespec.cloud.link.profiles import LinkProfile
 from edgespec.cloud.simulate.calibration import Calibration
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.engine import CLOUD_ONLY, SPECULATIVE, simulate_path

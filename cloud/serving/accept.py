@@ -1,0 +1,223 @@
+"""The accept rule of speculative decoding, as pure functions over tensors.
+
+Notation (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding";
+Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative Sampling"):
+
+- p: the target distribution at a position (after temperature / top-k / top-p);
+- q: the draft distribution the drafted token was sampled from;
+- drafted tokens x_1..x_k; the target is run once over them and yields p_1..p_{k+1}.
+
+Per round the verifier emits n + 1 tokens:
+
+- accepted tokens: the first n drafted tokens that pass the test;
+- a recovered token: after the first rejection (position n+1), a token drawn from the
+  residual distribution norm(max(0, p_{n+1} - q_{n+1}));
+- a bonus token: when all k drafts are accepted, a token drawn from p_{k+1}.
+
+Invariant: every emitted token follows the target distribution p exactly, whatever q is.
+In greedy mode the emitted tokens are exactly the target's argmax tokens.
+
+Three modes:
+
+- greedy: accept while x_i == argmax p_i; draws no random numbers.
+- exact sampling: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)).
+- token-only sampling: q is unknown on the server, so it is taken as a point mass on the
+  drafted token: accept with probability p_i(x_i); on rejection draw from p_i with x_i removed
+  (the residual of a point mass). Lossless too, with lower acceptance.
+
+Randomness comes only from the per-row ``torch.Generator`` passed in, drawn in a fixed order
+(k uniforms, then |V| exponentials), so a round re-verified with the same seed gets the same
+verdict regardless of which other sessions share its batch.
+
+This module also holds what turns a verified batch into those calls (``accept_rows``): the
+per-session ``Row`` of a batch, the target distribution p under each row's temperature /
+top-k / top-p (``target_probs``, the same semantics as the device's
+``edgespec.edge.sampling.probs_from_logits``), padding, and grouping rows by mode. Pure
+functions over tensors: no model, no transport, no global RNG.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from edgespec.edge.params import Mode, SamplingParams
+
+Q = list[tuple[list[int], list[float]]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One session's part of a verification batch."""
+
+    key: int  # the session's cache on the backend
+    cache_len: int  # trim the cache to this many tokens before feeding
+    tokens: list[int]  # the pending token, then the drafts
+    mode: Mode
+    sampling: SamplingParams
+    round_no: int
+    q: Q | None = None  # exact mode: per draft, normalised sparse q (token ids, probs)
+
+    @property
+    def drafts(self) -> list[int]:
+        return self.tokens[1:]
+
+
+def verify_greedy(
+    draft_tokens: torch.Tensor,  # [B, K] int64, padded past each row's num_drafts
+    target_logits: torch.Tensor,  # [B, K+1, V]
+    num_drafts: torch.Tensor,  # [B] int64, 0 <= k_b <= K
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification: returns (accepted [B], next_token [B]).
+
+    accepted_b is the length of the longest prefix of the drafts equal to the target's
+    argmax; next_token_b is the target's argmax at the first position after it (the
+    correction on a mismatch, the bonus token when all drafts matched).
+    """
+    batch, max_k = draft_tokens.shape
+    target_tokens = target_logits.argmax(dim=-1)  # [B, K+1]
+    positions = torch.arange(max_k, device=draft_tokens.device)
+    in_range = positions[None, :] < num_drafts[:, None]  # [B, K]
+    matches = (draft_tokens == target_tokens[:, :max_k]) & in_range
+    # cumprod keeps 1 only up to the first mismatch: the accepted prefix.
+    accepted = matches.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
+    next_token = target_tokens.gather(1, accepted[:, None]).squeeze(1)
+    return accepted, next_token
+
+
+def draw_from(weights: torch.Tensor, exponentials: torch.Tensor) -> int:
+    """Samples an index with probability proportional to ``weights`` [V].
+
+    NOTE: the exponential race argmax(w / Exp(1)) needs no normalisation, so an
+    unnormalised residual max(0, p - q) can be sampled without dividing by its
+    (possibly tiny) mass; zero weights never win.
+    """
+    return int((weights / exponentials).argmax())
+
+
+def verify_sampling(
+    draft_tokens: torch.Tensor,  # [B, K] int64
+    draft_probs: torch.Tensor | None,  # [B, K, V] q, or None for token-only mode
+    target_probs: torch.Tensor,  # [B, K+1, V] p
+    num_drafts: torch.Tensor,  # [B] int64
+    generators: list[torch.Generator],  # one per row, seeded per session and round
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling: returns (accepted [B], next_token [B]).
+
+    With ``draft_probs`` it is the exact rule (accept with min(1, p/q), recover from
+    max(0, p - q)); without, the token-only rule (q = point mass on the drafted token).
+    """
+    batch, max_k = draft_tokens.shape
+    vocab = target_probs.shape[-1]
+    # The only per-row work: each row's own seeded draws, k uniforms then |V| exponentials.
+    uniforms = torch.ones(batch, max_k, dtype=torch.float64)
+    exponentials = torch.empty(batch, vocab, dtype=torch.float64)
+    for b in range(batch):
+        k = int(num_drafts[b])
+        uniforms[b, :k] = torch.rand(k, generator=generators[b], dtype=torch.float64)
+        exponentials[b].exponential_(generator=generators[b])
+    p = target_probs.double()
+    p_x = p[:, :max_k].gather(2, draft_tokens[:, :, None]).squeeze(2)  # [B, K]
+    q_x = torch.ones_like(p_x) if draft_probs is None else draft_probs.double().gather(2, draft_tokens[:, :, None]).squeeze(2)
+    in_range = torch.arange(max_k)[None, :] < num_drafts[:, None]  # [B, K]
+    # Accept x_i iff u_i < p(x_i) / q(x_i), written without a division.
+    # NOTE: q(x) = 0 (a token the draft could not have sampled) always rejects,
+    # and p(x) = 0 always rejects because the comparison is strict.
+    passed = (uniforms * q_x < p_x) & (q_x > 0) & in_range
+    accepted = passed.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
+    rows = torch.arange(batch)
+    p_next = p[rows, accepted]  # [B, V]: p at the first rejected position, or p_{k+1}
+    weights = p_next  # the bonus token where every draft was accepted
+    rejected = accepted < num_drafts
+    if max_k and bool(rejected.any()):
+        at = accepted.clamp_max(max_k - 1)
+        if draft_probs is None:  # residual of a point mass: p with the drafted token removed
+            residual = p_next.clone()
+            residual[rows, draft_tokens[rows, at]] = 0.0
+        else:
+            residual = (p_next - draft_probs.double()[rows, at]).clamp_min(0.0)
+        # NOTE: the residual can vanish only when p == q up to rounding, in which case
+        # rejection had probability ~0; fall back to p rather than sample nothing.
+        residual = torch.where((residual.sum(-1) > 0)[:, None], residual, p_next)
+        weights = torch.where(rejected[:, None], residual, p_next)
+    # The exponential race argmax(w / Exp(1)) samples w without normalising it (see draw_from).
+    next_token = (weights / exponentials).argmax(dim=-1)
+    return accepted, next_token
+
+
+def round_generator(seed: int, round_no: int) -> torch.Generator:
+    """The generator for one session round: deterministic in (seed, round)."""
+    # A multiplicative mix keeps nearby (seed, round) pairs far apart in seed space.
+    mixed = (int(seed) * 0x9E3779B97F4A7C15 + int(round_no) * 0xBF58476D1CE4E5B9 + 0xED5EC) % (2**63 - 1)
+    return torch.Generator().manual_seed(mixed)
+
+
+# ---- the target distribution p -------------------------------------------------------------
+
+
+def target_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """[N, V] logits -> [N, V] float32 probabilities (p)."""
+    if sampling.is_greedy:
+        raise ValueError("greedy decoding has no sampling distribution; use argmax")
+    scaled = logits.float() / sampling.temperature
+    vocab = scaled.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        # Exactly top_k tokens survive, even when logits tie at the boundary.
+        keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(sampling.top_k, dim=-1).indices, True)
+        scaled = scaled.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.double().sort(dim=-1, descending=True, stable=True)
+        # Mass strictly before each token: a token is kept while that mass is < top_p,
+        # so the first token is always kept and the kept set just reaches top_p.
+        # NOTE: the relative slack stops rounding (0.5 + 0.3 -> 0.7999999999999999) from
+        # admitting one extra token when a prefix reaches top_p exactly (as on the device).
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        keep_sorted = mass_before < sampling.top_p * (1.0 - 1e-9)
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs * keep
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+# ---- a verified batch -> the accept rule ------------------------------------------------------
+
+
+def accept_rows(rows: list[Row], logits: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """logits[i]: [len(rows[i].tokens), V]. Returns (accepted, next token) per row, in order."""
+    out: list[tuple[int, int]] = [(0, 0)] * len(rows)
+    for mode in Mode:
+        group = [i for i, row in enumerate(rows) if row.mode == mode]
+        if group:
+            results = _accept(mode, [rows[i] for i in group], [logits[i] for i in group])
+            for i, result in zip(group, results):
+                out[i] = result
+    return out
+
+
+def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tuple[int, int]]:
+    batch = len(rows)
+    max_k = max(len(row.drafts) for row in rows)
+    vocab = logits[0].shape[-1]
+    drafts = torch.zeros(batch, max_k, dtype=torch.long)
+    num_drafts = torch.tensor([len(row.drafts) for row in rows], dtype=torch.long)
+    for b, row in enumerate(rows):
+        drafts[b, : len(row.drafts)] = torch.tensor(row.drafts, dtype=torch.long)
+    if mode is Mode.GREEDY:
+        padded = torch.full((batch, max_k + 1, vocab), float("-inf"))
+        for b, row_logits in enumerate(logits):
+            padded[b, : row_logits.shape[0]] = row_logits
+        counts, tokens = verify_greedy(drafts, padded, num_drafts)
+        return list(zip(counts.tolist(), tokens.tolist()))
+    p = torch.zeros(batch, max_k + 1, vocab)
+    q = torch.zeros(batch, max_k, vocab, dtype=torch.float64) if mode is Mode.EXACT else None
+    for b, (row, row_logits) in enumerate(zip(rows, logits)):
+        p[b, : row_logits.shape[0]] = target_probs(row_logits, row.sampling)
+        if q is not None:
+            for i, (ids, probs) in enumerate(row.q):
+                q[b, i, torch.tensor(ids, dtype=torch.long)] = torch.tensor(probs, dtype=torch.float64)
+    generators = [round_generator(row.sampling.seed, row.round_no) for row in rows]
+    counts, tokens = verify_sampling(drafts, q, p, num_drafts, generators)
+    return list(zip(counts.tolist(), tokens.tolist()))

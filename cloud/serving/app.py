@@ -1,0 +1,141 @@
+"""Building and starting the Serve application.
+
+Two ways in, one application:
+
+- ``edgespec serve`` (or ``serve_verifier`` from Python) starts Ray and Serve with the gRPC
+  proxy and deploys the verifier, waiting (with a deadline) until it is running;
+- ``serve deploy cluster/serve.yaml`` imports ``edgespec.cloud.serving.app:build`` with the YAML's
+  ``args`` (the VerifierConfig fields plus the deployment options).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, fields
+from typing import Any, Callable
+
+from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "edgespec"
+DEFAULT_GRPC_PORT = 9000
+# Import paths the gRPC proxy registers; the deployment implements their methods.
+GRPC_SERVICER_FUNCTIONS = [
+    "edgespec.v1.speculative_pb2_grpc.add_SpeculativeServicer_to_server",
+    "grpc_health.v1.health_pb2_grpc.add_HealthServicer_to_server",
+]
+
+
+def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
+    """The Serve application: one Verifier deployment configured from ``config``."""
+    from edgespec.cloud.serving.deployment import VerifierDeployment
+
+    options = options or DeploymentOptions()
+    actor_options = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options}
+    return VerifierDeployment.options(
+        num_replicas=options.num_replicas,
+        max_ongoing_requests=config.max_sessions + options.extra_ongoing_requests,
+        # Requests beyond max_ongoing_requests wait at the router instead of failing.
+        max_queued_requests=-1,
+        ray_actor_options=actor_options,
+    ).bind(config.to_dict())
+
+
+def build(args: dict[str, Any]):
+    """Application builder for ``serve deploy``/``serve run``: ``edgespec.cloud.serving.app:build``."""
+    args = dict(args)
+    option_names = {f.name for f in fields(DeploymentOptions)}
+    options = DeploymentOptions(**{k: args.pop(k) for k in list(args) if k in option_names})
+    return build_app(VerifierConfig.from_dict(args), options)
+
+
+def grpc_options(port: int = DEFAULT_GRPC_PORT, request_timeout_s: float | None = None) -> dict[str, Any]:
+    return {"port": port, "grpc_servicer_functions": GRPC_SERVICER_FUNCTIONS, "request_timeout_s": request_timeout_s}
+
+
+def init_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    metrics_export_port: int | None = None,
+    log_to_driver: bool = True,
+) -> None:
+    """Connects to ``address`` (or RAY_ADDRESS), else starts a fresh local Ray instance.
+
+    ``metrics_export_port``: where a local instance serves Prometheus metrics (``/metrics``).
+    ``log_to_driver``: False keeps replica logs in Ray's log folder, off this terminal.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
+    else:
+        # "local" never attaches to a stale cluster left on this machine.
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=log_to_driver,
+            _metrics_export_port=metrics_export_port,
+        )
+
+
+def serve_verifier(
+    config: VerifierConfig,
+    options: DeploymentOptions | None = None,
+    *,
+    grpc_port: int = DEFAULT_GRPC_PORT,
+    http_port: int | None = None,
+    timeout_s: float = 300.0,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Starts Serve with the gRPC proxy and deploys the verifier; returns once it is RUNNING.
+
+    Raises TimeoutError after ``timeout_s`` (a deployment whose resources cannot be met
+    would otherwise wait forever) and RuntimeError when the deployment fails.
+    """
+    from ray import serve
+
+    progress = progress or (lambda message: log.info(message))
+    http_options = {"host": "127.0.0.1", "port": http_port if http_port is not None else 8000}
+    serve.start(http_options=http_options, grpc_options=grpc_options(grpc_port))
+    app = build_app(config, options)
+    progress(f"deploying {config.model_id} ({options.num_replicas if options else 1} replica(s))")
+    # A route prefix makes the app an endpoint, which the gRPC proxy needs to route to it.
+    serve._run(app, name=APP_NAME, route_prefix="/", _blocking=False)
+    wait_until_running(APP_NAME, timeout_s=timeout_s, progress=progress)
+
+
+def wait_until_running(app_name: str, *, timeout_s: float, progress: Callable[[str], None]) -> None:
+    from ray import serve
+
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while True:
+        status = serve.status().applications.get(app_name)
+        state = str(status.status) if status else "NOT_STARTED"
+        if state.endswith("RUNNING"):
+            return
+        if state.endswith("DEPLOY_FAILED") or state.endswith("UNHEALTHY"):
+            raise RuntimeError(f"application {app_name} {state}: {status.message}")
+        if state != last:
+            progress(f"application {app_name}: {state}")
+            last = state
+        if time.monotonic() > deadline:
+            detail = status.message if status else ""
+            raise TimeoutError(
+                f"application {app_name} not running after {timeout_s:g}s (state {state}). {detail} "
+                "Check that the cluster has the CPUs/GPUs the deployment asks for (num_cpus, num_gpus)."
+            )
+        time.sleep(0.5)
+
+
+def describe(config: VerifierConfig, options: DeploymentOptions) -> dict[str, Any]:
+    return {"verifier": config.to_dict(), "deployment": asdict(options)}

@@ -1,0 +1,188 @@
+"""Where the target runs: the KV caches, the batched forward and the accept rule.
+
+``LocalBackend`` (the default) runs the model in the replica process, on the replica's model
+thread. A transformers forward is mostly Python code that holds the GIL while it runs, which
+delays the event loop that receives other sessions' drafts; ``ProcessBackend``
+(``engine_process: true``) moves the same code into a child process, so the model thread only
+waits on a pipe (releasing the GIL) and a dead engine fails the replica's health check. On 2
+shared CPU cores the extra process cost ~13% of verify throughput at 16 sessions, so it is not
+the default there; the batch scheduler, not the process split, is what lets sessions share
+forwards (see scheduler.py).
+
+Per verification, each session contributes a ``Row``. Its cache is first trimmed to
+``cache_len`` (the committed tokens before the pending one: rejected drafts of the previous
+round fall off here), then the row's tokens (pending token + drafts) are fed in one padded
+forward with the other rows, and the accept rule returns (accepted, next token).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+from edgespec.cloud.serving.accept import Row, accept_rows
+from edgespec.cloud.serving.config import VerifierConfig
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    vocab_size: int
+    max_context: int
+    tokenizer_fingerprint: str
+    params: int
+    kv_bytes_per_token: int
+    description: dict
+
+
+class BackendError(RuntimeError):
+    """The model backend failed (its process died, or a forward raised)."""
+
+
+class LocalBackend:
+    """The target in this process."""
+
+    def __init__(self, config: VerifierConfig):
+        from edgespec.cloud.serving.engine import TargetEngine
+
+        self.engine = TargetEngine(config)
+        self.caches: dict = {}
+        engine = self.engine
+        self.info = BackendInfo(
+            vocab_size=engine.vocab_size,
+            max_context=engine.max_context,
+            tokenizer_fingerprint=engine.tokenizer_fingerprint,
+            params=engine.params,
+            kv_bytes_per_token=engine.kv_bytes_per_token(),
+            description=engine.describe(),
+        )
+
+    def open(self, key: int, prefix: list[int]) -> None:
+        kv = self.engine.new_kv()
+        self.engine.prefill(kv, prefix)
+        self.caches[key] = kv
+
+    def close(self, key: int) -> None:
+        self.caches.pop(key, None)
+
+    def verify(self, rows: list[Row]) -> list[tuple[int, int]]:
+        """One padded forward over every row, then the accept rule per mode."""
+        for row in rows:
+            if row.key not in self.caches:
+                raise BackendError(f"no cache for session {row.key}: it was closed or never opened")
+            self.engine.trim(self.caches[row.key], row.cache_len)
+        logits = self.engine.forward([(self.caches[row.key], row.tokens) for row in rows])
+        return accept_rows(rows, logits)
+
+    def shutdown(self) -> None:
+        self.caches.clear()
+
+
+# ---- the child process ------------------------------------------------------------------
+
+
+def _write(stream, message) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<I", len(data)) + data)
+    stream.flush()
+
+
+def _read(stream):
+    header = stream.read(4)
+    if len(header) < 4:
+        raise EOFError("the engine process closed its pipe")
+    (size,) = struct.unpack("<I", header)
+    return pickle.loads(stream.read(size))
+
+
+def worker_main() -> None:
+    """Entry point of the engine process: requests on stdin, replies on stdout."""
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything printed by libraries must not corrupt the reply stream
+    config = VerifierConfig.from_dict(_read(requests))
+    try:
+        backend = LocalBackend(config)
+    except Exception as exc:  # reported to the replica, which fails its start with it
+        _write(replies, ("error", f"loading {config.model}: {exc!r}"))
+        return
+    _write(replies, ("ok", backend.info))
+    while True:
+        try:
+            op, args = _read(requests)
+        except EOFError:
+            return
+        if op == "stop":
+            return
+        try:
+            _write(replies, ("ok", getattr(backend, op)(*args)))
+        except Exception as exc:
+            _write(replies, ("error", f"{op} failed: {exc!r}"))
+
+
+class ProcessBackend:
+    """The target in a child process; calls block the calling thread (not the GIL) on a pipe."""
+
+    def __init__(self, config: VerifierConfig):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from edgespec.cloud.serving.backend import worker_main; worker_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        self._lock = threading.Lock()
+        _write(self.process.stdin, config.to_dict())
+        status, payload = self._reply()
+        if status != "ok":
+            self.shutdown()
+            raise BackendError(payload)
+        self.info: BackendInfo = payload
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _reply(self):
+        try:
+            return _read(self.process.stdout)
+        except (EOFError, OSError) as exc:
+            raise BackendError(f"the engine process died (exit code {self.process.poll()}): {exc}") from None
+
+    def _call(self, op: str, *args):
+        with self._lock:
+            if not self.alive:
+                raise BackendError(f"the engine process is not running (exit code {self.process.poll()})")
+            try:
+                _write(self.process.stdin, (op, args))
+            except (BrokenPipeError, OSError) as exc:
+                raise BackendError(f"the engine process died: {exc}") from None
+            status, payload = self._reply()
+        if status != "ok":
+            raise BackendError(payload)
+        return payload
+
+    def open(self, key: int, prefix: list[int]) -> None:
+        self._call("open", key, prefix)
+
+    def close(self, key: int) -> None:
+        self._call("close", key)
+
+    def verify(self, rows: list[Row]) -> list[tuple[int, int]]:
+        return self._call("verify", rows)
+
+    def shutdown(self) -> None:
+        if self.alive:
+            try:
+                with self._lock:
+                    _write(self.process.stdin, ("stop", ()))
+                self.process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+
+
+def make_backend(config: VerifierConfig) -> LocalBackend | ProcessBackend:
+    return ProcessBackend(config) if config.engine_process else LocalBackend(config)

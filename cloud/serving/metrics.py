@@ -1,0 +1,91 @@
+"""Server metrics in Prometheus format, through Ray Serve's metrics API.
+
+Ray exports them on every node's metrics endpoint (``ray start --metrics-export-port``, or
+``_metrics_export_port`` in ``ray.init``) with the Serve tags (application, deployment,
+replica) added. Names, all prefixed ``edgespec_``:
+
+- ``drafted_tokens_total``, ``accepted_tokens_total``, ``rounds_total`` (tag ``mode``);
+- ``position_drafted_total`` / ``position_accepted_total`` (tag ``position``, 1-based):
+  their ratio is the acceptance at each draft position;
+- ``acceptance_length`` histogram: tokens committed per round, the bonus token included;
+- ``verify_batch_size`` histogram and ``verify_ms`` histogram: sessions per target forward and
+  the forward's time;
+- ``generated_tokens_total`` (tag ``path``: speculative or cloud_only);
+- ``active_sessions`` gauge; ``sessions_total``; ``errors_total`` (tag ``code``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+
+from ray.serve import metrics
+
+from edgespec.cloud.serving.verifier import VerifyItem
+
+LENGTH_BOUNDARIES = [float(n) + 0.5 for n in range(1, 17)]
+BATCH_BOUNDARIES = [1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5]
+MS_BOUNDARIES = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+
+
+class VerifierMetrics:
+    def __init__(self) -> None:
+        self.drafted = metrics.Counter("edgespec_drafted_tokens_total", "Draft tokens received for verification", tag_keys=("mode",))
+        self.accepted = metrics.Counter("edgespec_accepted_tokens_total", "Draft tokens accepted", tag_keys=("mode",))
+        self.rounds = metrics.Counter("edgespec_rounds_total", "Verification rounds (one target call each)", tag_keys=("mode",))
+        self.position_drafted = metrics.Counter("edgespec_position_drafted_total", "Drafts sent at each block position", tag_keys=("position",))
+        self.position_accepted = metrics.Counter("edgespec_position_accepted_total", "Drafts accepted at each block position", tag_keys=("position",))
+        self.acceptance_length = metrics.Histogram(
+            "edgespec_acceptance_length", "Tokens committed per round (bonus included)", boundaries=LENGTH_BOUNDARIES
+        )
+        self.batch_size = metrics.Histogram("edgespec_verify_batch_size", "Sessions per target forward", boundaries=BATCH_BOUNDARIES)
+        self.verify_ms = metrics.Histogram("edgespec_verify_ms", "Target forward + accept rule per batch (ms)", boundaries=MS_BOUNDARIES)
+        self.generated = metrics.Counter("edgespec_generated_tokens_total", "Tokens committed", tag_keys=("path",))
+        self.active_sessions = metrics.Gauge("edgespec_active_sessions", "Open sessions and Generate calls on the replica")
+        self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path",))
+        self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code",))
+
+    def record_batch(self, items: list[VerifyItem], verdicts) -> None:
+        """One verification batch: counters summed first, so the cost is per batch, not per token."""
+        self.batch_size.observe(len(items))
+        self.verify_ms.observe(verdicts[0].verify_ms)
+        drafted, accepted, rounds = Tally(), Tally(), Tally()
+        pos_drafted, pos_accepted = Tally(), Tally()
+        emitted = {"speculative": 0, "cloud_only": 0}
+        for item, verdict in zip(items, verdicts):
+            if item.block is None:
+                emitted["cloud_only"] += verdict.emitted
+                continue
+            mode = item.state.spec.mode.value
+            k = len(item.block.tokens)
+            drafted[mode] += k
+            accepted[mode] += verdict.accepted
+            rounds[mode] += 1
+            emitted["speculative"] += verdict.emitted
+            self.acceptance_length.observe(verdict.emitted)
+            for position in range(1, k + 1):
+                pos_drafted[position] += 1
+                if position <= verdict.accepted:
+                    pos_accepted[position] += 1
+        for mode in drafted:
+            self.drafted.inc(drafted[mode], tags={"mode": mode})
+            if accepted[mode]:
+                self.accepted.inc(accepted[mode], tags={"mode": mode})
+            self.rounds.inc(rounds[mode], tags={"mode": mode})
+        for position, count in pos_drafted.items():
+            self.position_drafted.inc(count, tags={"position": str(position)})
+            if pos_accepted[position]:
+                self.position_accepted.inc(pos_accepted[position], tags={"position": str(position)})
+        for path, count in emitted.items():
+            if count:
+                self.generated.inc(count, tags={"path": path})
+
+    def session_opened(self, generate: bool, active: int) -> None:
+        self.sessions.inc(tags={"path": "cloud_only" if generate else "speculative"})
+        self.active_sessions.set(active)
+
+    def session_closed(self, active: int) -> None:
+        self.active_sessions.set(active)
+
+    def error(self, code) -> None:
+        self.errors.inc(tags={"code": code.name})
+

@@ -1,0 +1,97 @@
+"""Batching across sessions: gather the sessions waiting for a verdict, run ONE forward.
+
+Why not ``@serve.batch``: Serve's batcher forms the next batch while the previous forward is
+still running and only then waits for the model. Under closed-loop load (every session sends
+its next draft right after its verdict) a session that arrives during a forward is closed into
+a batch of its own, and the sessions fall into alternating small batches (measured with 4
+sessions and a 15 ms forward: mean batch 1.8). Here a batch is only gathered once the model is
+free: whatever queued during the last forward, plus, for at most ``wait_s``, the sessions that
+are about to come back, until every open session is in (a lone session never waits).
+
+One exception from a forward reaches every caller of that batch, and so does a batch that
+returns other than one result per caller (pairing results by position would otherwise leave
+callers waiting forever, or hand a session another session's verdict).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable, Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class BatchSizeMismatch(RuntimeError):
+    """The batch function returned a number of results other than its number of items."""
+
+
+class BatchScheduler(Generic[Item, Result]):
+    def __init__(
+        self,
+        run: Callable[[list[Item]], Awaitable[list[Result]]],
+        *,
+        max_batch_size: int,
+        wait_s: float,
+        expected: Callable[[], int],
+        on_batch: Callable[[list[Item], list[Result]], None] | None = None,
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if wait_s < 0:
+            raise ValueError(f"wait_s must be >= 0, got {wait_s}")
+        self._run, self._expected, self._on_batch = run, expected, on_batch
+        self.max_batch_size, self.wait_s = max_batch_size, wait_s
+        self._queue: list[tuple[Item, asyncio.Future]] = []
+        self._arrival: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    async def submit(self, item: Item) -> Result:
+        """Queues ``item`` for the next batch and waits for its result."""
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done():
+            self._arrival = asyncio.Event()
+            self._task = loop.create_task(self._loop())
+        future = loop.create_future()
+        self._queue.append((item, future))
+        self._arrival.set()
+        return await future
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            # The model is free: wait for a first arrival.
+            while not self._queue:
+                self._arrival.clear()
+                await self._arrival.wait()
+            # Give the other open sessions up to wait_s to join before starting.
+            deadline = loop.time() + self.wait_s
+            while len(self._queue) < min(self.max_batch_size, max(self._expected(), 1)):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._arrival.clear()
+                try:
+                    await asyncio.wait_for(self._arrival.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
+            live = [(item, future) for item, future in batch if not future.cancelled()]
+            if not live:
+                continue
+            items = [item for item, _ in live]
+            try:
+                results = await self._run(items)
+                if not isinstance(results, list) or len(results) != len(items):
+                    got = len(results) if isinstance(results, list) else type(results).__name__
+                    raise BatchSizeMismatch(f"a batch of {len(items)} item(s) returned {got} result(s)")
+            except Exception as exc:  # every caller of the batch gets it
+                for _, future in live:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            if self._on_batch is not None:
+                self._on_batch(items, results)
+            for (_, future), result in zip(live, results):
+                if not future.done():
+                    future.set_result(result)

@@ -1,0 +1,236 @@
+"""A verification session's state machine and the validation of everything a client sends.
+
+Transport-free: messages arrive here already decoded (see ``codec.py``) and every refusal
+is a ``ServerError`` (``edgespec.edge.errors``) carrying the gRPC status code the server
+answers with, and a message that says what to fix. Nothing in this file touches the model.
+
+Bookkeeping: ``committed`` holds the prompt and every token emitted so far. The target's KV
+cache covers ``committed[:-1]``; the last committed token is *pending*: it is fed to the
+target together with the next block of drafts, since its logits are what judge the first draft.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import grpc
+
+from edgespec.edge.errors import ServerError, status_error
+from edgespec.edge.params import Finish, Mode, SamplingParams
+
+
+def invalid(message: str) -> ServerError:
+    return status_error(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def precondition(message: str) -> ServerError:
+    return status_error(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def out_of_range(message: str) -> ServerError:
+    return status_error(grpc.StatusCode.OUT_OF_RANGE, message)
+
+
+# A draft distribution whose mass is further than this from 1 is refused, not renormalised:
+# it means the client sends something other than what it sampled from.
+Q_MASS_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the serving replica accepts; filled from the model and VerifierConfig."""
+
+    vocab_size: int
+    max_context: int
+    max_k: int
+    max_new_tokens: int
+    default_max_new_tokens: int
+    tokenizer_fingerprint: str
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    mode: Mode | None  # None: the client sent an unknown mode number
+    mode_number: int
+    tokenizer_fingerprint: str
+    max_new_tokens: int
+    stop_token_ids: list[int]
+    first_round: int = 0
+
+
+@dataclass(frozen=True)
+class DraftBlock:
+    """One validated round: k drafted tokens and, in exact mode, their q.
+
+    q: per draft, the sparse distribution (token ids, probabilities) it was sampled from,
+    renormalised to sum to exactly 1.
+    """
+
+    round_no: int
+    tokens: list[int]
+    q: list[tuple[list[int], list[float]]] | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    round_no: int
+    accepted: int
+    next_token: int
+    finish: Finish
+    batch_size: int = 1
+    verify_ms: float = 0.0
+
+    @property
+    def emitted(self) -> int:
+        return self.accepted + 1
+
+
+@dataclass
+class SessionState:
+    spec: OpenRequest
+    limits: Limits
+    committed: list[int]
+    max_new_tokens: int
+    next_round: int
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+    generated: int = 0
+    finish: Finish = Finish.NONE
+    last_block: DraftBlock | None = None
+    last_verdict: Verdict | None = None
+    kv: object = None  # the engine's per-session cache handle
+
+    @property
+    def finished(self) -> bool:
+        return self.finish is not Finish.NONE
+
+    @property
+    def pending(self) -> int:
+        return self.committed[-1]
+
+    @property
+    def context_room(self) -> int:
+        """Tokens that can still be emitted before the context is full."""
+        return self.limits.max_context - len(self.committed)
+
+
+def check_token_ids(ids: list[int], vocab_size: int, what: str) -> None:
+    for i, tok in enumerate(ids):
+        if not 0 <= tok < vocab_size:
+            raise invalid(f"{what}[{i}] = {tok} is outside the vocabulary [0, {vocab_size})")
+
+
+def open_session(req: OpenRequest, limits: Limits, *, generate: bool = False) -> SessionState:
+    """Validates an Open (or a Generate request) and returns the new session's state."""
+    if req.tokenizer_fingerprint and req.tokenizer_fingerprint != limits.tokenizer_fingerprint:
+        raise precondition(
+            f"tokenizer mismatch: client fingerprint {req.tokenizer_fingerprint!r}, server "
+            f"{limits.tokenizer_fingerprint!r}; draft and target must share one tokenizer"
+        )
+    if not generate and not req.tokenizer_fingerprint:
+        raise invalid("tokenizer_fingerprint is required: send the draft tokenizer's fingerprint")
+    if not generate:
+        if req.mode is None:
+            raise invalid(
+                f"unknown verification mode {req.mode_number}; use VERIFY_MODE_GREEDY (1), "
+                "VERIFY_MODE_EXACT (2) or VERIFY_MODE_TOKEN (3)"
+            )
+        if req.mode is not Mode.GREEDY and req.sampling.is_greedy:
+            raise invalid(f"mode {req.mode.value} samples: set sampling.temperature > 0, or use greedy mode")
+    if not req.prompt_ids:
+        raise invalid("prompt_ids is empty: send at least one token")
+    check_token_ids(req.prompt_ids, limits.vocab_size, "prompt_ids")
+    check_token_ids(req.stop_token_ids, limits.vocab_size, "stop_token_ids")
+    if len(req.prompt_ids) >= limits.max_context:
+        raise invalid(
+            f"prompt of {len(req.prompt_ids)} tokens leaves no room in the max context of "
+            f"{limits.max_context} tokens; shorten it to at most {limits.max_context - 1}"
+        )
+    if req.max_new_tokens < 0:
+        raise invalid(f"max_new_tokens must be >= 0 (0 = server default), got {req.max_new_tokens}")
+    if req.max_new_tokens > limits.max_new_tokens:
+        raise out_of_range(f"max_new_tokens {req.max_new_tokens} exceeds this server's limit of {limits.max_new_tokens}")
+    return SessionState(
+        spec=req,
+        limits=limits,
+        committed=list(req.prompt_ids),
+        max_new_tokens=req.max_new_tokens or limits.default_max_new_tokens,
+        next_round=req.first_round,
+        stop_ids=frozenset(req.stop_token_ids),
+    )
+
+
+def check_draft(state: SessionState, round_no: int, tokens: list[int], q: list[tuple[list[int], list[float]]]) -> DraftBlock:
+    """Validates one Draft message against the session; returns it as a DraftBlock."""
+    if state.finished:
+        raise precondition(
+            f"session already finished ({state.finish.value}) after {state.generated} tokens; "
+            "send Close, or open a new session to continue"
+        )
+    if round_no != state.next_round:
+        raise precondition(f"round {round_no} out of order: expected round {state.next_round}")
+    k = len(tokens)
+    if not 1 <= k <= state.limits.max_k:
+        raise invalid(f"k = {k} drafted tokens; send between 1 and max_k = {state.limits.max_k}")
+    check_token_ids(tokens, state.limits.vocab_size, "draft.token_ids")
+    if len(state.committed) + k > state.limits.max_context:
+        raise out_of_range(
+            f"{k} drafts would pass the max context of {state.limits.max_context} tokens "
+            f"({len(state.committed)} committed); draft at most {state.context_room}"
+        )
+    checked_q = None
+    if state.spec.mode is Mode.EXACT:
+        checked_q = _checked_q(q, tokens, state.limits.vocab_size)
+    elif q:
+        raise invalid(f"draft.q is only sent in exact mode; this session is in {state.spec.mode.value} mode")
+    return DraftBlock(round_no=round_no, tokens=list(tokens), q=checked_q)
+
+
+def _checked_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab: int) -> list[tuple[list[int], list[float]]]:
+    if len(q) != len(tokens):
+        raise invalid(f"exact mode needs one draft distribution per drafted token: got {len(q)} for {len(tokens)} tokens")
+    out = []
+    for i, ((ids, probs), token) in enumerate(zip(q, tokens)):
+        if len(ids) != len(probs) or not ids:
+            raise invalid(f"draft.q[{i}]: token_ids ({len(ids)}) and probs ({len(probs)}) must be non-empty and of equal length")
+        check_token_ids(ids, vocab, f"draft.q[{i}].token_ids")
+        if len(set(ids)) != len(ids):
+            raise invalid(f"draft.q[{i}].token_ids has duplicates")
+        if not all(math.isfinite(p) and p >= 0.0 for p in probs):
+            raise invalid(f"draft.q[{i}].probs must be finite and >= 0 (got NaN, inf or a negative value)")
+        mass = math.fsum(probs)
+        if abs(mass - 1.0) > Q_MASS_TOLERANCE:
+            raise invalid(f"draft.q[{i}].probs sums to {mass:.6f}, not 1: send the distribution the token was sampled from")
+        by_id = dict(zip(ids, probs))
+        if by_id.get(token, 0.0) <= 0.0:
+            raise invalid(f"draft.q[{i}] gives the drafted token {token} probability 0: it cannot have been sampled from it")
+        out.append((list(ids), [p / mass for p in probs]))
+    return out
+
+
+def settle(state: SessionState, block_tokens: list[int], accepted: int, next_token: int) -> tuple[int, int, Finish]:
+    """Applies stop tokens, max_new_tokens and the context limit to a raw verdict.
+
+    The round emits drafts[:accepted] + [next_token]; that sequence is cut after the first
+    stop token and at the remaining budget, and the last kept token becomes the verdict's
+    next token (a kept draft equals what the target would have emitted there). Updates the
+    session and returns (accepted, next_token, finish) as sent to the client.
+    """
+    emitted = list(block_tokens[:accepted]) + [next_token]
+    budget = min(state.max_new_tokens - state.generated, state.context_room)
+    finish = Finish.NONE
+    for i, tok in enumerate(emitted):
+        if tok in state.stop_ids:
+            emitted, finish = emitted[: i + 1], Finish.STOP_TOKEN
+            break
+    if len(emitted) > budget:
+        emitted, finish = emitted[:budget], Finish.NONE  # a stop token past the budget is cut off
+    if finish is Finish.NONE and len(emitted) == budget:
+        finish = Finish.LENGTH if state.max_new_tokens - state.generated <= state.context_room else Finish.CONTEXT
+    state.committed.extend(emitted)
+    state.generated += len(emitted)
+    state.finish = finish
+    state.next_round += 1
+    return len(emitted) - 1, emitted[-1], finish

@@ -1,0 +1,94 @@
+"""Verification on one replica, free of any transport: open sessions, verify batches.
+
+``Verifier.step`` is the whole round for a batch of sessions:
+
+1. each session becomes a ``Row`` (its pending token + drafts, its sampling, its round);
+2. the backend runs ONE target forward over all rows and applies the accept rule;
+3. stop tokens / length / context limits are applied to each raw verdict (``settle``).
+
+Each session's cache is rolled back to its committed length at the start of its next forward
+(the row's ``cache_len``), so a rejected draft costs nothing to undo.
+
+A step with no drafts is a plain decoding step: that is how ``Generate`` (cloud-only
+generation, the baseline) shares the same batched forward as speculative sessions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from edgespec.cloud.serving.accept import Row
+from edgespec.cloud.serving.backend import make_backend
+from edgespec.cloud.serving.config import VerifierConfig
+from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, open_session, settle
+
+
+@dataclass
+class VerifyItem:
+    state: SessionState
+    block: DraftBlock | None  # None: a decoding step with no drafts
+
+    @property
+    def drafts(self) -> list[int]:
+        return self.block.tokens if self.block else []
+
+    def row(self) -> Row:
+        state = self.state
+        return Row(
+            key=state.kv,
+            cache_len=len(state.committed) - 1,
+            tokens=[state.pending] + self.drafts,
+            mode=state.spec.mode,
+            sampling=state.spec.sampling,
+            round_no=state.next_round,
+            q=self.block.q if self.block else None,
+        )
+
+
+class Verifier:
+    def __init__(self, config: VerifierConfig, backend=None):
+        """``backend``: where the target runs; by default the one ``config`` asks for."""
+        self.config = config
+        self.backend = backend if backend is not None else make_backend(config)
+        info = self.backend.info
+        self.limits = Limits(
+            vocab_size=info.vocab_size,
+            max_context=info.max_context,
+            max_k=config.max_k,
+            max_new_tokens=config.max_new_tokens,
+            default_max_new_tokens=config.default_max_new_tokens,
+            tokenizer_fingerprint=info.tokenizer_fingerprint,
+        )
+        self._keys = itertools.count(1)
+
+    def start(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
+        """Validates the request and prefills the prompt (all but its last token)."""
+        state = open_session(request, self.limits, generate=generate)
+        state.kv = next(self._keys)
+        self.backend.open(state.kv, state.committed[:-1])
+        return state
+
+    def finish(self, state: SessionState) -> None:
+        """Frees the session's KV cache."""
+        if state.kv is not None:
+            self.backend.close(state.kv)
+            state.kv = None
+
+    def step(self, items: list[VerifyItem]) -> list[Verdict]:
+        started = time.perf_counter()
+        raw = self.backend.verify([item.row() for item in items])
+        verify_ms = (time.perf_counter() - started) * 1000.0
+        verdicts = []
+        for item, (accepted, token) in zip(items, raw):
+            state = item.state
+            round_no = state.next_round
+            accepted, token, finish = settle(state, item.drafts, accepted, token)
+            verdict = Verdict(round_no, accepted, token, finish, batch_size=len(items), verify_ms=verify_ms)
+            state.last_block, state.last_verdict = item.block, verdict
+            verdicts.append(verdict)
+        return verdicts
+
+    def shutdown(self) -> None:
+        self.backend.shutdown()

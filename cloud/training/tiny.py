@@ -1,0 +1,134 @@
+"""Tiny draft/target pairs built in seconds, for tests and for trying the stack out.
+
+The target is a randomly initialised Llama-style model; the draft is the target cut down
+to its first layer (same embeddings, norm and head), so the two agree often but not always:
+every path of the accept rule (accept, reject, bonus) is exercised. The tokenizer is a small
+byte-level BPE trained on a few standard-library files. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+TINY_CORPUS_FILES = ("argparse.py", "textwrap.py", "json/encoder.py", "json/decoder.py", "string.py")
+EOS_TOKEN = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class TinyPair:
+    target_dir: Path
+    draft_dir: Path  # a Hugging Face directory; export it with edgespec.cloud.training.export
+
+
+def corpus_text(files: tuple[str, ...] = TINY_CORPUS_FILES) -> list[str]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return [(stdlib / name).read_text(encoding="utf-8") for name in files]
+
+
+def train_tokenizer(texts: list[str], vocab_size: int = 512) -> Tokenizer:
+    """A byte-level BPE tokenizer, the same kind the demo pair uses."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def save_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> None:
+    """Writes tokenizer.json (and the transformers wrapper files) into ``out_dir``."""
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS_TOKEN)
+    fast.save_pretrained(str(out_dir))
+
+
+def _init_spread(model: torch.nn.Module, std: float, seed: int) -> None:
+    # NOTE: a wide init spreads the logits, so greedy argmax ties (which float noise
+    # between batched and unbatched forwards could flip) are vanishingly rare.
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() >= 2:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+
+
+def tiny_llama_config(vocab_size: int, layers: int = 4, hidden: int = 64, max_positions: int = 512) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+
+
+def _damp_upper_layers(model: LlamaForCausalLM, factor: float) -> None:
+    # Layers above the first write less into the residual stream, so the one-layer draft
+    # (which keeps only the first) agrees with the target on a good share of tokens.
+    with torch.no_grad():
+        for layer in model.model.layers[1:]:
+            layer.self_attn.o_proj.weight.mul_(factor)
+            layer.mlp.down_proj.weight.mul_(factor)
+
+
+def build_tiny_pair(
+    out_dir: str | Path, *, seed: int = 0, vocab_size: int = 512, layers: int = 4, damping: float = 0.15
+) -> TinyPair:
+    """Builds (or reuses) a tiny target and its one-layer draft under ``out_dir``."""
+    transformers.utils.logging.disable_progress_bar()
+    out = Path(out_dir)
+    pair = TinyPair(out / "target", out / "draft-hf")
+    if (pair.target_dir / "config.json").is_file() and (pair.draft_dir / "config.json").is_file():
+        return pair
+    tokenizer = train_tokenizer(corpus_text(), vocab_size)
+    torch.manual_seed(seed)
+    target = LlamaForCausalLM(tiny_llama_config(tokenizer.get_vocab_size(), layers=layers)).eval()
+    _init_spread(target, std=0.35, seed=seed)
+    _damp_upper_layers(target, factor=damping)
+    draft = LlamaForCausalLM(tiny_llama_config(tokenizer.get_vocab_size(), layers=1)).eval()
+    state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.") or k.startswith("model.layers.0.")}
+    draft.load_state_dict(state)
+    for model, path in ((target, pair.target_dir), (draft, pair.draft_dir)):
+        model.save_pretrained(str(path))
+        save_tokenizer(tokenizer, path)
+    return pair
+
+
+def build_tiny_gpt2(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 512) -> Path:
+    """A tiny GPT-2-architecture model (learned positions, fused qkv), for export parity tests."""
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = train_tokenizer(corpus_text(), vocab_size)
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        n_positions=512,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    _init_spread(model, std=0.2, seed=seed)
+    model.save_pretrained(str(out))
+    save_tokenizer(tokenizer, out)
+    return out

@@ -1,0 +1,136 @@
+"""The words device and verifier share: verification modes, finish reasons, sampling parameters.
+
+Defined once here, in the lower layer: the cloud imports these types, never redefines them.
+The wire numbers for each (``VerifyMode``, ``FinishReason`` in the proto) live in
+``edgespec.edge.wire``, the one codec between these types and the contract.
+
+Terms (Leviathan et al. 2023): p is the target distribution, q the draft distribution.
+
+- *greedy*: accept while draft == argmax p; the output is token-identical to target greedy.
+- *exact*: the device sends q; accept with min(1, p/q), recover from max(0, p - q).
+- *token*: tokens only on the wire; q is taken as a point mass on the drafted token.
+
+No numpy, torch or gRPC here: plain validated dataclasses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+# Temperatures outside this range are refused rather than served: below it the scaled logits
+# overflow float32 (1e-40 made every p NaN); above it p is uniform in all but name.
+MIN_TEMPERATURE = 1e-3
+MAX_TEMPERATURE = 100.0
+MAX_SEED = 2**64 - 1
+
+
+class Mode(str, Enum):
+    GREEDY = "greedy"
+    EXACT = "exact"
+    TOKEN = "token"
+
+
+class Finish(str, Enum):
+    NONE = "none"  # not finished
+    STOP_TOKEN = "stop_token"  # emitted one of the stop token ids (included in the output)
+    LENGTH = "length"  # reached max_new_tokens
+    CONTEXT = "context"  # reached the model's max context
+
+
+MODES = tuple(mode.value for mode in Mode)
+
+
+def _is_int(value) -> bool:
+    # bool is an int to Python, never a count or a seed to us; numpy integers have __index__.
+    return not isinstance(value, bool) and hasattr(value, "__index__")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a token is chosen from logits; validated on construction (errors name the field).
+
+    temperature: 0 means greedy (argmax); otherwise in [MIN_TEMPERATURE, MAX_TEMPERATURE].
+    top_k: keep the top_k most likely tokens; 0 disables.
+    top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1 disables.
+    seed: together with the round number, seeds every random draw of a session.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        # NOTE: written as `not (...)` so NaN fails every comparison and is refused too.
+        if not (isinstance(t, (int, float)) and (t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE)):
+            raise ValueError(
+                f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {t!r}"
+            )
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not (isinstance(self.top_p, (int, float)) and math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class GenerationParams(SamplingParams):
+    """What to generate and how: the sampling parameters plus the device's own choices.
+
+    mode: greedy (token-identical to the target's greedy output), exact (speculative sampling
+    with q on the wire) or token (sampling with tokens only on the wire). None picks greedy at
+    temperature 0 and exact otherwise.
+    k: drafted tokens per round, a number or "auto" (adaptive from measured acceptance and cost).
+    stop_token_ids: None means the draft's end-of-sequence ids (from its manifest).
+    top_n: exact mode sends q truncated to its top_n tokens (0 = all tokens with q > 0);
+    the device samples from exactly what it sends.
+    draft_ahead: keep drafting while a block is in flight, assuming it will be accepted whole;
+    pays off on slow links and slow drafts (see docs/links.md), costs device compute otherwise.
+    lookup: greedy only; where the last few tokens occurred earlier in the context, draft the
+    token that followed them there instead of the draft model's argmax (code repeats itself;
+    a one-layer draft cannot copy). The output is the target's either way.
+    """
+
+    max_new_tokens: int = 128
+    mode: Mode | str | None = None
+    k: int | str = "auto"
+    stop_token_ids: tuple[int, ...] | None = None
+    top_n: int = 64
+    draft_ahead: bool = False
+    lookup: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not _is_int(self.top_n) or self.top_n < 0:
+            raise ValueError(f"top_n must be an integer >= 0 (0 = every token with q > 0), got {self.top_n!r}")
+        mode = self.mode or (Mode.GREEDY if self.is_greedy else Mode.EXACT)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        mode = Mode(mode)
+        if mode is not Mode.GREEDY and self.is_greedy:
+            raise ValueError(f"mode {mode.value!r} samples: set temperature > 0, or use mode 'greedy'")
+        object.__setattr__(self, "mode", mode)
+        if isinstance(self.k, str):
+            if self.k != "auto" and not self.k.isdigit():
+                raise ValueError(f"k must be a positive integer or 'auto', got {self.k!r}")
+            if self.k.isdigit():
+                object.__setattr__(self, "k", int(self.k))
+        if not isinstance(self.k, str) and (not _is_int(self.k) or self.k < 1):
+            raise ValueError(f"k must be an integer >= 1 or 'auto', got {self.k!r}")
+        if self.stop_token_ids is not None:
+            object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    @property
+    def sampling(self) -> SamplingParams:
+        """Just the sampling parameters (what defines p)."""
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)

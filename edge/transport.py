@@ -1,0 +1,118 @@
+"""The device's side of the wire: one Session stream, one Generate stream, and the retry decision.
+
+No algorithm here: ``SessionStream`` writes and reads messages with a deadline per message and
+counts their bytes; ``generate_tokens`` reads a Generate stream; ``Retries`` is the one place
+that decides whether a failed attempt is tried again (after a backoff) or raised as a typed
+error. The round loop (``edgespec.edge.rounds``) uses all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import AsyncIterator
+
+import grpc
+
+from edgespec.edge.errors import EdgespecError, RequestTimeoutError, from_rpc_error, is_retryable
+from edgespec.edge.stats import RequestStats
+from edgespec.edge.wire import finish_name, wire_bytes
+from edgespec.v1 import speculative_pb2 as pb
+
+
+def backoff_s(attempt: int, base: float = 0.2, cap: float = 5.0) -> float:
+    """Exponential backoff with jitter for the attempt-th consecutive failure (1-based)."""
+    return min(cap, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+
+
+def typed_error(error: BaseException, timeout: float) -> EdgespecError:
+    """The SDK's error for a failed call (``error`` is an RpcError or a timeout)."""
+    if isinstance(error, EdgespecError):
+        return error
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return RequestTimeoutError(f"no reply within {timeout:g}s")
+    return from_rpc_error(error)
+
+
+class Retries:
+    """Counts consecutive failed attempts; progress (a committed token) resets the count."""
+
+    def __init__(self, max_retries: int, timeout: float):
+        self.max_retries, self.timeout = max_retries, timeout
+        self.failures = 0
+
+    def progress(self) -> None:
+        self.failures = 0
+
+    def next_delay(self, error: BaseException) -> float:
+        """Seconds to wait before the next attempt; raises the typed error when giving up."""
+        self.failures += 1
+        if not is_retryable(error) or self.failures > self.max_retries:
+            raise typed_error(error, self.timeout) from None
+        return backoff_s(self.failures)
+
+
+class StreamEnded(grpc.RpcError):
+    """The stream ended before the reply; without an error status it counts as dropped."""
+
+    def __init__(self, code: grpc.StatusCode, details: str | None):
+        super().__init__(details)
+        self._code = code
+        self._details = details or "the server ended the session stream unexpectedly"
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+async def _ended(call) -> StreamEnded:
+    code, details = await call.code(), await call.details()
+    return StreamEnded(grpc.StatusCode.UNAVAILABLE if code == grpc.StatusCode.OK else code, details)
+
+
+class SessionStream:
+    """One Session bidi call; every write and read waits at most ``timeout`` seconds."""
+
+    def __init__(self, call, timeout: float, stats: RequestStats):
+        self.call, self.timeout, self.stats = call, timeout, stats
+
+    async def send(self, message: pb.SessionRequest) -> None:
+        self.stats.bytes_sent += wire_bytes(message)
+        try:
+            await asyncio.wait_for(self.call.write(message), self.timeout)
+        except asyncio.InvalidStateError:
+            # The stream ended between two writes (e.g. the replica died): report its status.
+            raise await _ended(self.call) from None
+
+    async def receive(self) -> pb.SessionResponse:
+        message = await asyncio.wait_for(self.call.read(), self.timeout)
+        if message is grpc.aio.EOF:
+            raise await _ended(self.call)
+        self.stats.bytes_received += wire_bytes(message)
+        return message
+
+    async def done_writing(self) -> None:
+        await self.call.done_writing()
+
+    def cancel(self) -> None:
+        self.call.cancel()
+
+
+async def generate_tokens(stub, request: pb.GenerateRequest, timeout: float, stats: RequestStats) -> AsyncIterator[tuple[list[int], str]]:
+    """Reads a Generate call: yields (new tokens, finish reason or "") per message.
+
+    Raises grpc.RpcError or asyncio.TimeoutError as they come; the caller decides on retries.
+    """
+    stats.bytes_sent += wire_bytes(request)
+    call = stub.Generate(request)
+    try:
+        while True:
+            reply = await asyncio.wait_for(call.read(), timeout)
+            if reply is grpc.aio.EOF:
+                return
+            stats.bytes_received += wire_bytes(reply)
+            yield list(reply.token_ids), finish_name(reply.finish_reason) if reply.finished else ""
+    finally:
+        call.cancel()

@@ -1,0 +1,31 @@
+"""``edgespec export-draft``: a local Hugging Face causal LM -> an ONNX draft for the device."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edgespec.cloud.training.export import DEFAULT_OPSET, EXPORTERS, ExportError, export_draft
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="local Hugging Face causal-LM directory (with tokenizer.json)")
+    parser.add_argument("--out", required=True, help="directory to create: model.onnx, tokenizer.json, manifest.json")
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default %(default)s)")
+    parser.add_argument("--parity-steps", type=int, default=20, help="cached greedy steps compared (default %(default)s)")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="max |logit diff| allowed (default %(default)g)")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo", help="torch.onnx path (default %(default)s)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report = export_draft(
+            args.model, args.out, opset=args.opset, parity_steps=args.parity_steps,
+            tolerance=args.tolerance, exporter=args.exporter, overwrite=args.overwrite,
+        )
+    except (ExportError, ValueError, FileNotFoundError) as exc:
+        print(f"edgespec export-draft: {exc}", file=sys.stderr)
+        return 1
+    print(f"exported {report.onnx_path} in {report.seconds:.1f} s")
+    return 0

@@ -1,0 +1,102 @@
+"""Verification of a batch, free of any model: rows built from sessions, limits applied to
+the raw verdicts, caches opened and freed (the backend is a scripted stand-in)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec.cloud.serving.backend import BackendInfo
+from edgespec.cloud.serving.config import VerifierConfig
+from edgespec.cloud.serving.session import DraftBlock, OpenRequest
+from edgespec.cloud.serving.verifier import Verifier, VerifyItem
+from edgespec.edge.params import Finish, Mode, SamplingParams
+
+
+class ScriptedBackend:
+    """Records what the verifier asks for; answers verify() with the next scripted results."""
+
+    def __init__(self, results: list[list[tuple[int, int]]]):
+        self.info = BackendInfo(vocab_size=100, max_context=64, tokenizer_fingerprint="fp", params=1, kv_bytes_per_token=8, description={})
+        self.results = list(results)
+        self.opened: dict[int, list[int]] = {}
+        self.closed: list[int] = []
+        self.batches = []
+
+    def open(self, key, prefix):
+        self.opened[key] = list(prefix)
+
+    def close(self, key):
+        self.closed.append(key)
+
+    def verify(self, rows):
+        self.batches.append(rows)
+        return self.results.pop(0)
+
+    def shutdown(self):
+        pass
+
+
+@pytest.fixture
+def config(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    return VerifierConfig(model=str(tmp_path), max_k=4, max_new_tokens=30, default_max_new_tokens=10)
+
+
+def request(prompt, mode=Mode.GREEDY, temperature=0.0, max_new_tokens=0, stop=(), first_round=0):
+    return OpenRequest(prompt_ids=list(prompt), sampling=SamplingParams(temperature=temperature, seed=5), mode=mode,
+                       mode_number=1, tokenizer_fingerprint="fp", max_new_tokens=max_new_tokens,
+                       stop_token_ids=list(stop), first_round=first_round)
+
+
+def test_start_prefills_all_but_the_pending_token_and_keys_are_unique(config):
+    backend = ScriptedBackend([])
+    verifier = Verifier(config, backend)
+    a = verifier.start(request([1, 2, 3]))
+    b = verifier.start(request([7]))
+    assert backend.opened == {a.kv: [1, 2], b.kv: []} and a.kv != b.kv
+    assert verifier.limits.max_context == 64 and verifier.limits.max_k == 4
+
+
+def test_a_batch_becomes_rows_and_verdicts_in_order(config):
+    backend = ScriptedBackend([[(2, 50), (0, 60)]])
+    verifier = Verifier(config, backend)
+    greedy = verifier.start(request([1, 2, 3]))
+    sampled = verifier.start(request([4, 5], mode=Mode.EXACT, temperature=0.8, first_round=7))
+    q = [([9], [1.0])]
+    verdicts = verifier.step([
+        VerifyItem(greedy, DraftBlock(0, [10, 11, 12])),
+        VerifyItem(sampled, DraftBlock(7, [9], q)),
+    ])
+    (rows,) = backend.batches
+    assert rows[0].tokens == [3, 10, 11, 12] and rows[0].cache_len == 2 and rows[0].mode is Mode.GREEDY
+    assert rows[1].tokens == [5, 9] and rows[1].round_no == 7 and rows[1].q == q and rows[1].sampling.temperature == 0.8
+    assert [(v.round_no, v.accepted, v.next_token, v.batch_size) for v in verdicts] == [(0, 2, 50, 2), (7, 0, 60, 2)]
+    assert greedy.committed == [1, 2, 3, 10, 11, 50] and sampled.committed == [4, 5, 60]
+    assert greedy.last_verdict is verdicts[0] and sampled.next_round == 8
+
+
+def test_limits_are_applied_to_the_raw_verdict(config):
+    backend = ScriptedBackend([[(3, 99)]])
+    verifier = Verifier(config, backend)
+    state = verifier.start(request([1], max_new_tokens=2))
+    (verdict,) = verifier.step([VerifyItem(state, DraftBlock(0, [10, 11, 12]))])
+    assert (verdict.accepted, verdict.next_token, verdict.finish) == (1, 11, Finish.LENGTH)
+    assert state.finished and state.generated == 2
+
+
+def test_a_decoding_step_has_no_drafts(config):
+    backend = ScriptedBackend([[(0, 42)]])
+    verifier = Verifier(config, backend)
+    state = verifier.start(request([1, 2]), generate=True)
+    (verdict,) = verifier.step([VerifyItem(state, None)])
+    assert backend.batches[0][0].tokens == [2] and verdict.next_token == 42 and state.committed == [1, 2, 42]
+
+
+def test_finish_frees_the_cache_once(config):
+    backend = ScriptedBackend([])
+    verifier = Verifier(config, backend)
+    state = verifier.start(request([1, 2]))
+    key = state.kv
+    verifier.finish(state)
+    verifier.finish(state)
+    assert backend.closed == [key] and state.kv is None

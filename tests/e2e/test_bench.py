@@ -1,0 +1,69 @@
+"""The benchmark commands run end to end (tiny settings) and write their reports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from helpers import PROMPTS
+
+from edgespec.cli import bench as bench_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:6]))
+    return path
+
+
+def bench_args(server, prompt_file, out, what, **overrides):
+    parser = argparse.ArgumentParser()
+    bench_cli.add_arguments(parser)
+    args = parser.parse_args(
+        [what, "--target", str(server.pair.target_dir), "--draft", str(server.pair.draft_dir),
+         "--prompts", str(prompt_file), "--held-out", str(prompt_file), "--out", str(out),
+         "--server", server.address, "--prompt-limit", "2", "--max-new-tokens", "12", "--k-values", "1,3"]
+    )
+    for key, value in overrides.items():
+        setattr(args, key, value)
+    return args
+
+
+def test_bench_report(server, prompt_file, tmp_path):
+    out = tmp_path / "report"
+    assert bench_cli.run(bench_args(server, prompt_file, out, "report")) == 0
+    for name in ("report.json", "report.md", "speedup_vs_k.png", "acceptance.png", "sweeps.png"):
+        assert (out / name).stat().st_size > 0, name
+    report = json.loads((out / "report.json").read_text())
+    assert report["baseline"]["identical"] == 2  # greedy speculative == cloud-only, both prompts
+    assert {row["k"] for row in report["sweeps"]["k"]["rows"]} == {1, 3, "auto"}
+    assert [row["label"] for row in report["sweeps"]["mode"]] == ["greedy", "exact", "token"]
+    assert 0.0 < report["theory"]["alpha"] < 1.0
+    assert report["costs"]["draft_rss_bytes"] > 0 and report["costs"]["replica_rss_bytes"] > 0
+    assert report["limit"]["measured_speedup"] > 0
+    assert "Closeness to the limit" in (out / "report.md").read_text()
+
+
+def test_bench_capacity(server, prompt_file, tmp_path):
+    out = tmp_path / "capacity"
+    assert bench_cli.run(bench_args(server, prompt_file, out, "capacity", sessions="1,3")) == 0
+    rows = json.loads((out / "capacity.json").read_text())
+    assert [row["sessions"] for row in rows] == [1, 3]
+    assert all(row["speculative_tokens_per_s"] > 0 and row["cloud_only_tokens_per_s"] > 0 for row in rows)
+    assert (out / "capacity.png").stat().st_size > 0
+
+
+def test_bench_links(server, prompt_file, tmp_path):
+    out = tmp_path / "links"
+    assert bench_cli.run(bench_args(server, prompt_file, out, "links", sessions="2", profiles="loopback,wifi")) == 0
+    data = json.loads((out / "links.json").read_text())
+    assert [row["profile"] for row in data["profiles"]] == ["loopback", "wifi"]
+    for row in data["profiles"]:
+        assert set(row["sim"]["errors"]) == {"spec_1", "cloud_1", "spec_n", "cloud_n"}
+        assert row["sampling_winner"] in ("exact", "token")
+    assert json.loads((out / "calibration.json").read_text())["draft_ms_per_token"] > 0
+    assert "Simulator vs emulator" in (out / "links.md").read_text()

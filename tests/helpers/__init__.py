@@ -1,0 +1,102 @@
+"""What the tests share besides fixtures: prompts, the greedy reference, starting Serve.
+
+Importable as ``helpers`` (pyproject's pytest ``pythonpath`` puts tests/ on the path).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # the repository root
+SERVE_START_TIMEOUT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    target_dir: Path
+    draft_hf_dir: Path
+    draft_dir: Path  # exported ONNX draft
+
+
+@dataclass
+class Server:
+    address: str
+    grpc_port: int
+    pair: ModelPair
+    metrics_port: int
+
+
+def start_server(pair: ModelPair, **config_overrides) -> Server:
+    from edgespec.cloud.serving.app import init_ray, serve_verifier
+    from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+
+    metrics_port = free_port()
+    init_ray(num_cpus=4, metrics_export_port=metrics_port)
+    port = free_port()
+    config = VerifierConfig(model=str(pair.target_dir), device="cpu", **config_overrides)
+    serve_verifier(
+        config,
+        DeploymentOptions(num_cpus=0.5),
+        grpc_port=port,
+        http_port=free_port(),
+        timeout_s=SERVE_START_TIMEOUT_S,
+    )
+    return Server(f"127.0.0.1:{port}", port, pair, metrics_port)
+
+
+def stop_server() -> None:
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt_ids) :].tolist()
+
+
+PROMPTS = [
+    "def main(argv=None):\n    parser = ",
+    "import os\nimport sys\n\n",
+    "class Formatter:\n    def __init__(self",
+    "    return self.",
+    "x = [",
+    "for i in range(",
+    "if __name__ == '__main__':\n",
+    "    def format_help(self):\n        ",
+    "from typing import",
+    "# Copyright",
+    "        raise ValueError(",
+    "while True:\n    ",
+    "try:\n    import",
+    "def _get_args(self):\n",
+    "    @property\n    def",
+    "result = {}\nfor key, value in",
+    "lines = text.splitlines()\n",
+    "        self._width = ",
+    "print(",
+    "_sentinel = object()\n",
+    "JSON = ",
+    "    except KeyError:\n        ",
+]
