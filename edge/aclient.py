@@ -9,6 +9,7 @@ turns on the draft thread.
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
@@ -20,7 +21,8 @@ from edgespec.edge.detok import IncrementalDecoder
 from edgespec.edge.draft import DraftModel
 from edgespec.edge.errors import EdgespecError, TokenizerMismatchError
 from edgespec.edge.params import GenerationParams
-from edgespec.edge.rounds import SpeculativeRun
+from edgespec.edge.planner import Planner
+from edgespec.edge.rounds import SpeculativeRun, path_mode
 from edgespec.edge.transport import Retries
 from edgespec.edge.types import Result, ServerInfo
 from edgespec.edge.wire import server_info
@@ -62,6 +64,9 @@ class AsyncEdgeClient:
         self._stub = pb_grpc.SpeculativeStub(self._channel)
         self._draft_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-draft")
         self._info: ServerInfo | None = None
+        # What this client measured (round trip, forward time, acceptance): one planner per
+        # request mode, kept across requests so each starts from what the last one learned.
+        self._planners: dict[str, Planner] = {}
 
     async def __aenter__(self) -> "AsyncEdgeClient":
         return self
@@ -84,6 +89,28 @@ class AsyncEdgeClient:
                 raise TokenizerMismatchError(self.draft.manifest.tokenizer_fingerprint, info.tokenizer_fingerprint)
             self._info = info
         return self._info
+
+    async def probe_rtt(self) -> float:
+        """One Info round trip, in ms (the planner's view of the link while streaming cloud-only)."""
+        started = time.perf_counter()
+        await self._stub.Info(pb.InfoRequest(), timeout=self.timeout)
+        return (time.perf_counter() - started) * 1000
+
+    async def planner(self, params: GenerationParams) -> Planner:
+        """The planner for this kind of request; a new one starts from the server's forward time
+        and one round trip on the (by then warm) channel."""
+        mode = path_mode(params)
+        if mode not in self._planners:
+            planner = Planner(mode)
+            info = await self.info()
+            planner.record_forward(info.forward_ms)
+            if mode == "auto":
+                try:
+                    planner.record_rtt(await self.probe_rtt())
+                except grpc.RpcError:
+                    pass  # the generation itself will report a dead server
+            self._planners[mode] = planner
+        return self._planners[mode]
 
     async def _unary_with_retries(self, call):
         retries = Retries(self.max_retries, self.timeout)
@@ -141,7 +168,18 @@ class AsyncTextStream:
         self._client, self._prompt_ids, self._params = client, prompt_ids, params
         self._decoder = IncrementalDecoder(client.draft.tokenizer)
         self._iterator: AsyncIterator[str] | None = None
+        self._run: SpeculativeRun | None = None
         self.result: Result | None = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens generated so far (a copy)."""
+        return list(self._run.generated) if self._run else []
+
+    @property
+    def segments(self) -> list[tuple[str, int]]:
+        """So far: which path produced how many tokens, in order (see Result.segments)."""
+        return list(self._run.segments) if self._run else []
 
     def __aiter__(self) -> AsyncIterator[str]:
         if self._iterator is None:
@@ -151,7 +189,7 @@ class AsyncTextStream:
     async def _pieces(self) -> AsyncIterator[str]:
         client = self._client
         info = await client.info()
-        run = SpeculativeRun(
+        run = self._run = SpeculativeRun(
             client._stub,
             client.draft.fork(),  # each generation its own context and cache, shared weights
             client._draft_thread,
@@ -160,6 +198,8 @@ class AsyncTextStream:
             info,
             timeout=client.timeout,
             max_retries=client.max_retries,
+            planner=await client.planner(self._params),
+            rtt_probe=client.probe_rtt,
         )
         try:
             async for tokens in run.chunks():
@@ -184,4 +224,5 @@ class AsyncTextStream:
             finish_reason=finish_reason,
             stats=run.stats,
             rounds=list(run.rounds),
+            segments=list(run.segments),
         )

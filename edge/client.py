@@ -121,3 +121,13 @@ class TextStream:
     @property
     def result(self) -> Result | None:
         return self._stream.result
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens generated so far."""
+        return self._stream.token_ids
+
+    @property
+    def segments(self) -> list[tuple[str, int]]:
+        """So far: which path produced how many tokens, in order."""
+        return self._stream.segments

@@ -51,6 +51,7 @@ class CloudOnlyRun:
             request = generate_request(
                 self.committed, self.sampling, self.fingerprint,
                 max_new_tokens=self.max_new_tokens - len(self.generated), stop_token_ids=self.stop_token_ids,
+                first_round=len(self.generated),  # one round of draws per token: a resume draws on
             )
             try:
                 async for tokens, finish in generate_tokens(self.stub, request, self.timeout, self.stats):

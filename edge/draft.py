@@ -51,6 +51,10 @@ class Proposal:
     tokens: list[int]  # d1..dk
     q: list[SparseDist] | None  # the distribution each draft was sampled from; None when greedy
     draft_ms: float  # wall time of the k forwards and the sampling
+    # Greedy with ``alternatives``: per draft, (the runner-up token, how sure the draft was of
+    # its choice: the model's probability of it). Where context lookup chose the draft, the
+    # runner-up is the model's own argmax.
+    alternatives: list[tuple[int, float]] | None = None
 
 
 @dataclass
@@ -66,6 +70,17 @@ class DraftStats:
     @property
     def ms_per_draft_token(self) -> float:
         return self.draft_ms / self.drafted_tokens if self.drafted_tokens else 0.0
+
+
+def _runner_up(logits: np.ndarray, chosen: int, model_token: int) -> tuple[int, float]:
+    """(the best token other than ``chosen``, the model's probability of ``chosen``)."""
+    shifted = np.exp(logits - logits.max())
+    probs = shifted / shifted.sum()
+    if chosen != model_token:  # lookup overrode the model: its own choice is the alternative
+        return model_token, float(probs[chosen])
+    top2 = np.argpartition(-logits, 1)[:2]
+    other = int(top2[0] if top2[0] != chosen else top2[1])
+    return other, float(probs[chosen])
 
 
 class DraftModel:
@@ -163,6 +178,7 @@ class DraftModel:
         rng: np.random.Generator | None = None,
         top_n: int = 0,
         lookup: LookupConfig | None = None,
+        alternatives: bool = False,
     ) -> Proposal:
         """Drafts ``k`` tokens after the context and appends them to ``tokens``.
 
@@ -173,6 +189,8 @@ class DraftModel:
         per-round generator to make rounds reproducible.
         ``lookup`` (greedy only): where the context's suffix occurred before, draft the token
         that followed it instead of the argmax (see ``edgespec.edge.lookup``).
+        ``alternatives`` (greedy only): also return each position's runner-up (``Proposal``),
+        the material of a tree draft.
         """
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -190,6 +208,7 @@ class DraftModel:
         started = time.perf_counter()
         drafts: list[int] = []
         q: list[SparseDist] = []
+        runners_up: list[tuple[int, float]] = []
         for _ in range(k):
             logits = self._feed(self.tokens[self.cache_len :])[-1]
             if sampling:
@@ -198,17 +217,21 @@ class DraftModel:
                 q.append(dist)
             else:
                 token = int(np.argmax(logits))
+                model_token = token
                 if lookup is not None:
                     found = lookup_next(self.tokens, lookup)
                     if found is not None:
                         token = found
+                if alternatives:
+                    runners_up.append(_runner_up(logits, token, model_token))
             self.tokens.append(token)
             drafts.append(token)
         elapsed_ms = (time.perf_counter() - started) * 1e3
         self.stats.proposals += 1
         self.stats.drafted_tokens += k
         self.stats.draft_ms += elapsed_ms
-        return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms)
+        return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms,
+                        alternatives=runners_up if alternatives and not sampling else None)
 
     def _feed(self, ids: list[int]) -> np.ndarray:
         """One forward over ``ids`` against the cache; extends the cache. Returns logits [n, V]."""

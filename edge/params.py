@@ -24,6 +24,8 @@ from enum import Enum
 MIN_TEMPERATURE = 1e-3
 MAX_TEMPERATURE = 100.0
 MAX_SEED = 2**64 - 1
+MAX_SEND_AHEAD = 8  # blocks in flight at most
+MAX_TREE_EXTRA = 16  # runner-up tokens per tree draft at most
 
 
 class Mode(str, Enum):
@@ -92,8 +94,16 @@ class GenerationParams(SamplingParams):
     stop_token_ids: None means the draft's end-of-sequence ids (from its manifest).
     top_n: exact mode sends q truncated to its top_n tokens (0 = all tokens with q > 0);
     the device samples from exactly what it sends.
-    draft_ahead: keep drafting while a block is in flight, assuming it will be accepted whole;
-    pays off on slow links and slow drafts (see docs/links.md), costs device compute otherwise.
+    speculate: "auto" (the default) lets the device choose, with k "auto", between speculation
+    and cloud-only streaming per request from measured figures, switching mid-generation when
+    the other is clearly faster (``edgespec.edge.planner``); with a fixed k it speculates.
+    True always speculates (k still adaptive when "auto"); False forces cloud-only generation
+    (the Generate RPC).
+    send_ahead: most blocks in flight at once, or "auto" (from the measured round trip and how
+    often sent-ahead blocks hold). 1 waits for each verdict before sending the next block.
+    tree: greedy only; up to this many runner-up tokens ride along with a fresh block, as
+    siblings of the drafts the draft was least sure of (a tree draft, verified in one forward).
+    0 sends chains. A block with a tree is never followed by blocks sent ahead.
     lookup: greedy only; where the last few tokens occurred earlier in the context, draft the
     token that followed them there instead of the draft model's argmax (code repeats itself;
     a one-layer draft cannot copy). The output is the target's either way.
@@ -104,8 +114,10 @@ class GenerationParams(SamplingParams):
     k: int | str = "auto"
     stop_token_ids: tuple[int, ...] | None = None
     top_n: int = 64
-    draft_ahead: bool = False
     lookup: bool = True
+    speculate: bool | str = "auto"
+    send_ahead: int | str = "auto"
+    tree: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,6 +141,16 @@ class GenerationParams(SamplingParams):
             raise ValueError(f"k must be an integer >= 1 or 'auto', got {self.k!r}")
         if self.stop_token_ids is not None:
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        if self.speculate not in (True, False, "auto"):
+            raise ValueError(f"speculate must be True, False or 'auto', got {self.speculate!r}")
+        if not _is_int(self.tree) or not 0 <= self.tree <= MAX_TREE_EXTRA:
+            raise ValueError(f"tree must be an integer in [0, {MAX_TREE_EXTRA}] (extra tokens per block), got {self.tree!r}")
+        if self.tree and mode is not Mode.GREEDY:
+            raise ValueError("tree drafts are verified greedily: use mode 'greedy' (temperature 0), or tree=0")
+        if isinstance(self.send_ahead, str) and self.send_ahead.isdigit():
+            object.__setattr__(self, "send_ahead", int(self.send_ahead))
+        if self.send_ahead != "auto" and (not _is_int(self.send_ahead) or not 1 <= self.send_ahead <= MAX_SEND_AHEAD):
+            raise ValueError(f"send_ahead must be 'auto' or an integer in [1, {MAX_SEND_AHEAD}], got {self.send_ahead!r}")
 
     @property
     def sampling(self) -> SamplingParams:

@@ -23,6 +23,9 @@ class ServerInfo:
     kv_bytes_per_token: int = 0
     replica_rss_bytes: int = 0
     active_sessions: int = 0
+    forward_ms: float = 0.0  # the replica's recent forward + accept time (0: not measured yet)
+    send_ahead: bool = False  # the verifier accepts blocks sent ahead of the previous verdict
+    max_tree_tokens: int = 0  # most tokens of a tree draft (0: chains only)
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,10 @@ class RoundRecord:
     accepted: int
     next_token: int
     draft_ms: float
-    wait_ms: float
+    wait_ms: float  # send -> verdict (from the previous verdict, for a block sent ahead)
     batch_size: int
+    verify_ms: float = 0.0  # the replica's forward + accept time for this round's batch
+    wall_ms: float = 0.0  # previous verdict (or the segment's start) -> this verdict
 
 
 @dataclass
@@ -48,11 +53,14 @@ class Result:
     finish_reason: str
     stats: RequestStats = field(default_factory=RequestStats)
     rounds: list[RoundRecord] = field(default_factory=list)
+    # Which path produced the tokens, in order: ("speculative" | "cloud_only", how many).
+    segments: list[tuple[str, int]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
             "text": self.text,
             "token_ids": self.token_ids,
             "finish_reason": self.finish_reason,
+            "segments": [list(segment) for segment in self.segments],
             "stats": self.stats.to_dict(),
         }

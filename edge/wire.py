@@ -75,9 +75,15 @@ def open_request(
     )
 
 
-def draft_request(round_no: int, tokens: Sequence[int], q=None) -> pb.SessionRequest:
-    """A Draft; ``q`` (exact mode) is one SparseDist per drafted token."""
-    message = pb.Draft(round=round_no, token_ids=list(tokens))
+def draft_request(
+    round_no: int, tokens: Sequence[int], q=None, *, assumed_token: int | None = None, parents: Sequence[int] | None = None
+) -> pb.SessionRequest:
+    """A Draft; ``q`` (exact mode) is one SparseDist per drafted token; ``assumed_token``: a block
+    sent ahead, valid if the previous round accepts all its drafts and emits that bonus token;
+    ``parents``: a tree draft (each token's parent index, -1 = the pending token)."""
+    message = pb.Draft(round=round_no, token_ids=list(tokens), parents=list(parents or []))
+    if assumed_token is not None:
+        message.ahead, message.assumed_token = True, assumed_token
     if q:
         message.q.extend(pb.SparseDistribution(token_ids=d.token_ids.tolist(), probs=d.probs.tolist()) for d in q)
     return pb.SessionRequest(draft=message)
@@ -93,6 +99,7 @@ def generate_request(
     *,
     max_new_tokens: int,
     stop_token_ids: Sequence[int],
+    first_round: int = 0,
 ) -> pb.GenerateRequest:
     return pb.GenerateRequest(
         prompt_ids=list(prompt_ids),
@@ -100,6 +107,7 @@ def generate_request(
         tokenizer_fingerprint=fingerprint,
         max_new_tokens=max_new_tokens,
         stop_token_ids=list(stop_token_ids),
+        first_round=first_round,
     )
 
 
@@ -117,4 +125,7 @@ def server_info(reply: pb.InfoResponse) -> ServerInfo:
         kv_bytes_per_token=reply.kv_bytes_per_token,
         replica_rss_bytes=reply.replica_rss_bytes,
         active_sessions=reply.active_sessions,
+        forward_ms=reply.forward_ms,
+        send_ahead=reply.send_ahead,
+        max_tree_tokens=reply.max_tree_tokens,
     )

@@ -72,7 +72,8 @@ def calibrate(
     max_new_tokens: int = 64,
     progress=print,
 ) -> Calibration:
-    params = dict(max_new_tokens=max_new_tokens, k=k, stop_token_ids=())
+    # One block in flight: the simulator models rounds one after another (no send-ahead).
+    params = dict(max_new_tokens=max_new_tokens, k=k, send_ahead=1, stop_token_ids=())
     spec = harness.run(prompts, params, "calibration (speculative)")
     cloud = [harness.cloud_only(p, params) for p in prompts]
     diagnosis = Diagnosis()

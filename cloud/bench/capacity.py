@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from edgespec.cloud.bench.harness import SPECULATION_ONLY
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.draft import DraftModel
 
@@ -46,7 +47,8 @@ async def _run_arm(server: str, drafts: list[DraftModel], prompts: list[str], pa
             await client.info()
         started = time.perf_counter()
         if cloud_only:
-            calls = [c.generate_cloud(p, **{k: v for k, v in params.items() if k != "k"}) for c, p in zip(clients, prompts)]
+            cloud_params = {k: v for k, v in params.items() if k not in SPECULATION_ONLY}
+            calls = [c.generate_cloud(p, **cloud_params) for c, p in zip(clients, prompts)]
         else:
             calls = [c.generate(p, **params) for c, p in zip(clients, prompts)]
         results = await asyncio.gather(*calls)

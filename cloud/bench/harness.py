@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Callable
 
 from edgespec.edge.client import EdgeClient
+
+# GenerationParams fields that only speculation reads; a cloud-only arm leaves them out.
+SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "send_ahead", "tree", "speculate")
 from edgespec.edge.types import Result
 
 
@@ -112,11 +115,12 @@ class Harness:
         torch_threads: int = 1,
         draft_threads: int = 1,
         max_sessions: int = 64,
+        ingress: str | None = None,
     ):
         self.target, self.draft, self.progress = Path(target), Path(draft), progress
         self.started_serve = server is None
         if server is None:
-            server = self._start_serve(torch_threads, max_sessions)
+            server = self._start_serve(torch_threads, max_sessions, ingress)
         self.server = server
         self.draft_threads = draft_threads
         self.link = None
@@ -141,7 +145,7 @@ class Harness:
             self.link.start()
         self.client = EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120)
 
-    def _start_serve(self, torch_threads: int, max_sessions: int) -> str:
+    def _start_serve(self, torch_threads: int, max_sessions: int, ingress: str | None) -> str:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         from edgespec.cloud.serving.app import init_ray, serve_verifier
@@ -149,15 +153,15 @@ class Harness:
 
         self.progress(f"starting Ray Serve with {self.target} (CPU, {torch_threads} torch thread(s)) ...")
         started = time.perf_counter()
-        init_ray(num_cpus=max(2, os.cpu_count() or 2))
+        init_ray(num_cpus=max(2, os.cpu_count() or 2), ingress=ingress)
         port = free_port()
         config = VerifierConfig(
             model=str(self.target), device="cpu", torch_threads=torch_threads, max_sessions=max_sessions,
             max_batch_size=max_sessions, max_new_tokens=8192,
         )
-        serve_verifier(config, DeploymentOptions(num_cpus=1), grpc_port=port, http_port=free_port(), timeout_s=600)
-        self.progress(f"serving on 127.0.0.1:{port} after {time.perf_counter() - started:.0f}s")
-        return f"127.0.0.1:{port}"
+        address = serve_verifier(config, DeploymentOptions(num_cpus=1), grpc_port=port, http_port=free_port(), timeout_s=600)
+        self.progress(f"serving on {address} after {time.perf_counter() - started:.0f}s")
+        return address
 
     def close(self) -> None:
         self.client.close()
@@ -182,7 +186,7 @@ class Harness:
         return self.client.generate(prompt, **params)
 
     def cloud_only(self, prompt: str, params: dict) -> Result:
-        cloud_params = {k: v for k, v in params.items() if k not in ("k", "mode", "top_n", "draft_ahead", "lookup")}
+        cloud_params = {k: v for k, v in params.items() if k not in SPECULATION_ONLY}
         return self.client.generate_cloud(prompt, **cloud_params)
 
     def compare(self, prompts: list[str], params: dict, label: str = "") -> tuple[list[Result], list[Result]]:

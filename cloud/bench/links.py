@@ -1,187 +1,365 @@
 """``edgespec bench links``: what each network link does to speculative vs cloud-only generation,
-and the fleet simulator checked against the emulator.
+where a round's time goes, and the fleet simulator checked against the emulator.
 
-1. calibrate the simulator on loopback (``calibrate.py``);
-2. per link profile, through the link emulator: speculative vs cloud-only (alternating), the
-   k sweep, exact vs token-only sampling (bytes on the wire), drafting ahead on and off, and
-   1 and N concurrent sessions of each path;
-3. the simulator's predicted ms/token for the same 1 and N sessions on the same profile, and
-   its error against the emulated measurement;
-4. simulator sweeps with the measured calibration: speedup vs RTT, optimal k vs RTT, capacity.
+1. calibrate: the simulator on loopback (``calibrate.py``), and the ingress: raw rounds direct
+   and through the emulator's transparent profile (its own CPU per round);
+2. per link profile, through the link emulator, arms alternating prompt by prompt:
+   - speculative with the defaults (k auto, send-ahead auto, the planner choosing the path) vs
+     cloud-only streaming: ``speedup_auto``, and which path produced the tokens;
+   - one-variable variants, always speculating: k=4 with one block in flight (the round-time
+     breakdown comes from it), adaptive k with and without send-ahead, with a tree;
+   - exact vs token-only sampling at T=0.8;
+   - 16 concurrent sessions of each path: ``capacity_ratio`` (tokens/s of the replica);
+   - the simulator's prediction for 1 and N sessions of k=4 rounds against the emulator;
+3. the same speedup, measured through another ingress (Serve's proxy) in a child process;
+4. simulator sweeps with the measured calibration.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
-from edgespec.cloud.bench.capacity import CapacityRow
-from edgespec.cloud.bench.capacity import measure as measure_sessions
 from edgespec.cloud.bench.calibrate import calibrate, time_verify_table
+from edgespec.cloud.bench.capacity import measure as measure_sessions
 from edgespec.cloud.bench.harness import Harness, Summary, shown
+from edgespec.cloud.bench.ingress import raw_rounds
 from edgespec.cloud.link.profiles import get_profile
-from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate import sweeps
+from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.engine import simulate
 
-K_SWEEP = (1, 2, 4, 8, 12, 16)
+
+@dataclass(frozen=True)
+class LinksConfig:
+    target: Path
+    draft: Path
+    prompts: list[str]
+    profiles: tuple[str, ...] = ("loopback", "lan", "wifi", "5g", "4g", "satellite")
+    sessions: int = 16
+    max_new_tokens: int = 128
+    main_prompts: int = 4  # prompts of the headline comparison (each arm, alternating)
+    variant_prompts: int = 2  # prompts of each variant row
+    other_ingresses: tuple[str, ...] = ("proxy",)
+    server: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in self.profiles:
+            get_profile(name)  # unknown names fail here, before anything starts
+        if not self.prompts:
+            raise ValueError("prompts: at least one prompt is needed")
+        for name in ("sessions", "max_new_tokens", "main_prompts", "variant_prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-def run_links(args, prompts: list[str], out: Path, progress) -> int:
-    profiles = [get_profile(name) for name in args.profiles.split(",")]
-    sessions = max(int(n) for n in args.sessions.split(","))
+def _greedy(config: LinksConfig, **params) -> dict:
+    return dict(max_new_tokens=config.max_new_tokens, stop_token_ids=(), seed=config.seed, **params)
+
+
+# The variants: always speculating, one thing changed at a time.
+VARIANTS = {
+    "k4_one_in_flight": dict(k=4, send_ahead=1),
+    "adaptive_one_in_flight": dict(k="auto", speculate=True, send_ahead=1),
+    "adaptive_send_ahead": dict(k="auto", speculate=True, send_ahead="auto"),
+    "adaptive_tree": dict(k="auto", speculate=True, send_ahead=1, tree=4),
+}
+
+
+def run_links(config: LinksConfig, out: Path, progress: Callable[[str], None] = print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    tokens = args.max_new_tokens
-    greedy = dict(max_new_tokens=tokens, stop_token_ids=(), seed=args.seed)
-    k = int(args.k) if str(args.k).isdigit() else 4
-    with Harness(args.target, args.draft, server=args.server, progress=progress, max_sessions=sessions + 8) as harness:
-        harness.warm_up(prompts[0])
-        progress("[1/4] calibrating the simulator (one session, through the emulator's loopback profile)")
-        # Through the emulator, so its own per-message cost is in the calibration like in every
-        # measurement it is compared with; the profile itself adds no delay.
+    with Harness(config.target, config.draft, server=config.server, progress=progress, max_sessions=config.sessions + 8) as harness:
+        harness.warm_up(config.prompts[0])
+        progress("[1/4] calibrating: the ingress (raw rounds, direct and through the emulator) and the simulator")
+        ingress = _ingress_calibration(harness)
         harness.use_link(get_profile("loopback"))
-        verify, prefill_ms = time_verify_table(args.target)
-        calibration = calibrate(harness, prompts[:4], verify, prefill_ms, k=8, max_new_tokens=tokens, progress=progress)
+        verify, prefill_ms = time_verify_table(config.target)
+        calibration = calibrate(harness, config.prompts[:4], verify, prefill_ms, k=8, max_new_tokens=config.max_new_tokens,
+                                progress=progress)
         calibration.save(out / "calibration.json")
         rows = []
-        for index, profile in enumerate(profiles):
-            progress(f"[2/4] link {profile.name} ({index + 1}/{len(profiles)}): RTT {profile.rtt_ms} ms")
+        for index, name in enumerate(config.profiles):
+            profile = get_profile(name)
+            progress(f"[2/4] link {name} ({index + 1}/{len(config.profiles)}): RTT {profile.rtt_ms} ms + jitter {profile.jitter_ms} ms")
             harness.use_link(profile)
-            rows.append(_profile_row(harness, profile, prompts, greedy, k, sessions, calibration, args, progress))
+            rows.append(_profile_row(harness, config, profile, calibration, ingress, progress))
         harness.use_link(None)
+    progress("[3/4] the headline comparison through the other ingress(es), in a child process each")
+    others = {ingress_name: _other_ingress(config, ingress_name, progress) for ingress_name in config.other_ingresses}
+    for row in rows:
+        row["other_ingresses"] = {name: per_profile.get(row["profile"]) for name, per_profile in others.items()}
     progress("[4/4] simulator sweeps with the measured calibration")
     sweep_data = {
-        "speedup_vs_rtt": sweeps.speedup_vs_rtt(calibration=calibration, k=k, tokens_per_device=tokens, seed=args.seed),
-        "optimal_k_vs_rtt": sweeps.optimal_k_vs_rtt(calibration=calibration, seed=args.seed),
-        "capacity_vs_devices": sweeps.capacity_vs_devices(calibration=calibration, link_mix="lan", k=k, seed=args.seed),
+        "speedup_vs_rtt": sweeps.speedup_vs_rtt(calibration=calibration, k=4, tokens_per_device=config.max_new_tokens, seed=config.seed),
+        "optimal_k_vs_rtt": sweeps.optimal_k_vs_rtt(calibration=calibration, seed=config.seed),
+        "capacity_vs_devices": sweeps.capacity_vs_devices(calibration=calibration, link_mix="lan", k=4, seed=config.seed),
     }
     sweeps.plot_speedup_vs_rtt(sweep_data["speedup_vs_rtt"], out / "sim_speedup_vs_rtt.png")
     sweeps.plot_optimal_k(sweep_data["optimal_k_vs_rtt"], out / "sim_optimal_k_vs_rtt.png")
     sweeps.plot_capacity(sweep_data["capacity_vs_devices"], out / "sim_capacity_vs_devices.png")
-    (out / "links.json").write_text(json.dumps({"profiles": rows, "simulator_sweeps": sweep_data}, indent=2, default=str))
-    (out / "links.md").write_text(_markdown(rows, sessions, args, calibration))
+    report = {"config": _settings(config), "ingress_calibration": ingress, "profiles": rows, "simulator_sweeps": sweep_data}
+    (out / "links.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "links.md").write_text(markdown(report, config, calibration.source))
     _plot_measured(rows, out)
-    print(f"\nlinks report in {out}: links.md, links.json, calibration.json and plots")
-    for row in rows:
-        print(
-            f"  {row['profile']:>10}: speedup {row['speedup']:.2f}x, best k {row['best_k']}, "
-            f"sampling winner {row['sampling_winner']}, draft-ahead gain {row['draft_ahead_gain']:.2f}x, "
-            f"sim error 1/{sessions} sessions {row['sim']['error_1']:+.0%}/{row['sim']['error_n']:+.0%}"
-        )
-    return 0
+    return report
 
 
-def _profile_row(harness: Harness, profile, prompts, greedy, k, sessions, calibration, args, progress) -> dict:
-    few = prompts[:3]
-    spec, cloud = harness.compare(few, dict(greedy, k=k), profile.name)
-    spec_s, cloud_s = Summary.of(spec), Summary.of(cloud)
-    k_rows = {}
-    for arm in (*K_SWEEP, "auto"):
-        k_rows[str(arm)] = Summary.of(harness.run(few[:2], dict(greedy, k=arm), f"{profile.name} k={arm}")).ms_per_token
-    fixed = {int(a): v for a, v in k_rows.items() if a != "auto"}
-    best_k = min(fixed, key=fixed.get)
-    sampled = dict(greedy, temperature=0.8, k=k)
-    exact = Summary.of(harness.run(few[:2], dict(sampled, mode="exact"), f"{profile.name} exact"))
-    token = Summary.of(harness.run(few[:2], dict(sampled, mode="token"), f"{profile.name} token"))
-    plain = Summary.of(harness.run(few[:2], dict(greedy, k=best_k), f"{profile.name} plain"))
-    ahead = Summary.of(harness.run(few[:2], dict(greedy, k=best_k, draft_ahead=True), f"{profile.name} ahead"))
-    progress(f"  {profile.name}: 1 and {sessions} concurrent sessions")
-    # One session is a single generation per arm: average three (alternating arm order).
-    singles = [
-        measure_sessions(harness.address, harness.draft, [prompts[i % len(prompts)]], 1, dict(greedy, k=k), first_cloud=i % 2 == 1)
-        for i in range(3)
-    ]
-    one = CapacityRow(
-        sessions=1,
-        speculative_tokens_per_s=statistics.mean(r.speculative_tokens_per_s for r in singles),
-        cloud_only_tokens_per_s=statistics.mean(r.cloud_only_tokens_per_s for r in singles),
-        speculative_ms_per_token=statistics.mean(r.speculative_ms_per_token for r in singles),
-        cloud_only_ms_per_token=statistics.mean(r.cloud_only_ms_per_token for r in singles),
-        batch_size_mean=1.0,
-        batch_size_max=1,
-        tau=statistics.mean(r.tau for r in singles),
-    )
-    many = measure_sessions(harness.address, harness.draft, prompts, sessions, dict(greedy, k=k), first_cloud=True)
-    sim = _simulated(profile, calibration, k, greedy["max_new_tokens"], sessions, args.seed)
-    measured = {
-        "spec_1": one.speculative_ms_per_token,
-        "cloud_1": one.cloud_only_ms_per_token,
-        "spec_n": many.speculative_ms_per_token,
-        "cloud_n": many.cloud_only_ms_per_token,
-    }
-    errors = {key: sim[key] / measured[key] - 1.0 for key in measured}
+def _settings(config: LinksConfig) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items() if k != "prompts"} | {"prompts": len(config.prompts)}
+
+
+def _ingress_calibration(harness: Harness) -> dict:
+    """A round's overhead beyond the forward: direct, and through the emulator adding nothing."""
+    info = harness.info
+    direct = raw_rounds(harness.server, info.tokenizer_fingerprint, info.vocab_size, 4, 60, 1)
+    harness.use_link(get_profile("loopback"))
+    through = raw_rounds(harness.address, info.tokenizer_fingerprint, info.vocab_size, 4, 60, 1)
     return {
+        "direct_overhead_ms": direct["overhead_ms_median"],
+        "emulator_overhead_ms": through["overhead_ms_median"],
+        "emulator_cpu_ms": max(through["overhead_ms_median"] - direct["overhead_ms_median"], 0.0),
+        "forward_ms": direct["verify_ms_median"],
+    }
+
+
+def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, ingress: dict, progress) -> dict:
+    main = config.prompts[: config.main_prompts]
+    few = config.prompts[: config.variant_prompts]
+    spec, cloud = harness.compare(main, _greedy(config), profile.name)
+    spec_s, cloud_s = Summary.of(spec), Summary.of(cloud)
+    segments = {"speculative": 0, "cloud_only": 0}
+    for result in spec:
+        for path, count in result.segments:
+            segments[path] += count
+    variants, breakdown = {}, None
+    for label, params in VARIANTS.items():
+        before = _link_delays(harness)
+        results = harness.run(few, _greedy(config, **params), f"{profile.name} {label}")
+        after = _link_delays(harness)
+        summary = Summary.of(results)
+        variants[label] = {"ms_per_token": summary.ms_per_token, "tau": summary.tau, "mean_k": summary.mean_k,
+                           "speedup": cloud_s.ms_per_token / summary.ms_per_token,
+                           "ahead_hits": sum(r.stats.ahead_hits for r in results),
+                           "discarded_blocks": sum(r.stats.discarded_blocks for r in results)}
+        if label == "k4_one_in_flight":
+            breakdown = _breakdown(results, tuple(a - b for a, b in zip(after, before)), ingress)
+    sampled = _greedy(config, temperature=0.8, k=4)
+    exact = Summary.of(harness.run(few, dict(sampled, mode="exact"), f"{profile.name} exact"))
+    token = Summary.of(harness.run(few, dict(sampled, mode="token"), f"{profile.name} token"))
+    progress(f"  {profile.name}: {config.sessions} concurrent sessions of each path")
+    capacity = measure_sessions(harness.address, harness.draft, config.prompts, config.sessions, _greedy(config), first_cloud=True)
+    sim = _simulator_check(harness, config, profile, calibration)
+    row = {
         "profile": profile.name,
         "rtt_ms": profile.rtt_ms,
-        "speedup": cloud_s.ms_per_token / spec_s.ms_per_token,
+        "jitter_ms": profile.jitter_ms,
+        "speedup_auto": cloud_s.ms_per_token / spec_s.ms_per_token,
         "speculative": spec_s.to_dict(),
         "cloud_only": cloud_s.to_dict(),
-        "k_sweep_ms_per_token": k_rows,
-        "best_k": best_k,
+        "tokens_by_path": segments,
+        "variants": variants,
+        "send_ahead_gain": variants["adaptive_one_in_flight"]["ms_per_token"] / variants["adaptive_send_ahead"]["ms_per_token"],
+        "tree_gain": variants["adaptive_one_in_flight"]["ms_per_token"] / variants["adaptive_tree"]["ms_per_token"],
+        "breakdown": breakdown,
         "sampling": {
             "exact": {"ms_per_token": exact.ms_per_token, "bytes_per_round": exact.bytes_per_round, "tau": exact.tau},
             "token": {"ms_per_token": token.ms_per_token, "bytes_per_round": token.bytes_per_round, "tau": token.tau},
         },
-        "sampling_winner": "exact" if exact.ms_per_token <= token.ms_per_token else "token",
-        "draft_ahead_gain": plain.ms_per_token / ahead.ms_per_token,
-        "measured_sessions": {"1": asdict(one), str(sessions): asdict(many)},
-        "sim": {
-            "predicted": sim,
-            "measured": measured,
-            "errors": errors,
-            "error_1": max(abs(errors["spec_1"]), abs(errors["cloud_1"])) * _sign(errors, "1"),
-            "error_n": max(abs(errors["spec_n"]), abs(errors["cloud_n"])) * _sign(errors, "n"),
-        },
+        "capacity": asdict(capacity) | {"gain": capacity.gain},
+        "capacity_ratio": capacity.gain,
+        "sim": sim,
+    }
+    progress(
+        f"  {profile.name}: auto {row['speedup_auto']:.2f}x ({segments['speculative']} speculative / {segments['cloud_only']} "
+        f"cloud-only tokens), k=4 {variants['k4_one_in_flight']['speedup']:.2f}x, send-ahead gain {row['send_ahead_gain']:.2f}x, "
+        f"tree gain {row['tree_gain']:.2f}x, capacity {row['capacity_ratio']:.2f}x"
+    )
+    return row
+
+
+def _link_delays(harness: Harness) -> tuple[float, int, int]:
+    """The emulator's scheduled delays so far (ms, both directions summed) and its chunk counts."""
+    stats = harness.link.stats
+    return stats.delay_ms_up + stats.delay_ms_down, stats.chunks_up, stats.chunks_down
+
+
+def _breakdown(results, delays, ingress: dict) -> dict:
+    """Where a round's time goes, each part measured on its own, against the measured round."""
+    rounds = [r for result in results for r in result.rounds]
+    n = max(len(rounds), 1)
+    delay_ms, up_chunks, down_chunks = delays
+    # The emulator's delays cover every chunk of the runs (Open, Opened, Close too): per round,
+    # one Draft chunk up and one Verdict chunk down, at the mean delay of each.
+    link = delay_ms / max(up_chunks + down_chunks, 1) * 2
+    measured = statistics.fmean(r.wall_ms for r in rounds) if rounds else 0.0
+    wait = statistics.fmean(r.wait_ms for r in rounds) if rounds else 0.0
+    parts = {
+        "link_ms": link,
+        "ingress_ms": ingress["emulator_overhead_ms"],  # measured on loopback through the emulator
+        "verify_ms": statistics.fmean(r.verify_ms for r in rounds) if rounds else 0.0,
+        "draft_ms": statistics.fmean(r.draft_ms for r in rounds) if rounds else 0.0,
+        "client_ms": max(measured - wait - (statistics.fmean(r.draft_ms for r in rounds) if rounds else 0.0), 0.0),
+    }
+    total = sum(parts.values())
+    return parts | {
+        "emulator_cpu_ms": ingress["emulator_cpu_ms"],
+        "sum_ms": total,
+        "measured_round_ms": measured,
+        "error": total / measured - 1.0 if measured else 0.0,
+        "rounds": len(rounds),
     }
 
 
-def _sign(errors: dict, suffix: str) -> float:
-    worst = max((errors[f"spec_{suffix}"], errors[f"cloud_{suffix}"]), key=abs)
-    return 1.0 if worst >= 0 else -1.0
+def _simulator_check(harness: Harness, config: LinksConfig, profile, calibration) -> dict:
+    """The simulator (k=4, one block in flight, as it models) against the emulator, 1 and N sessions."""
+    params = _greedy(config, k=4, send_ahead=1)
+    singles = [
+        measure_sessions(harness.address, harness.draft, [config.prompts[i % len(config.prompts)]], 1, params, first_cloud=i % 2 == 1)
+        for i in range(3)
+    ]
+    many = measure_sessions(harness.address, harness.draft, config.prompts, config.sessions, params, first_cloud=True)
+    measured = {
+        "spec_1": statistics.mean(r.speculative_ms_per_token for r in singles),
+        "cloud_1": statistics.mean(r.cloud_only_ms_per_token for r in singles),
+        "spec_n": many.speculative_ms_per_token,
+        "cloud_n": many.cloud_only_ms_per_token,
+    }
+    predicted = {}
+    for label, devices in (("1", 1), ("n", config.sessions)):
+        result = simulate(FleetConfig(devices=devices, link_mix=profile, k=4, tokens_per_device=config.max_new_tokens, seed=config.seed),
+                          calibration)
+        predicted[f"spec_{label}"] = result.speculative.mean_ms_per_token
+        predicted[f"cloud_{label}"] = result.cloud_only.mean_ms_per_token
+    errors = {key: predicted[key] / measured[key] - 1.0 for key in measured}
+    return {"predicted": predicted, "measured": measured, "errors": errors}
 
 
-def _simulated(profile, calibration, k, tokens, sessions, seed) -> dict:
-    out = {}
-    for label, devices in (("1", 1), ("n", sessions)):
-        result = simulate(FleetConfig(devices=devices, link_mix=profile, k=k, tokens_per_device=tokens, seed=seed), calibration)
-        out[f"spec_{label}"] = result.speculative.mean_ms_per_token
-        out[f"cloud_{label}"] = result.cloud_only.mean_ms_per_token
-    return out
+def _other_ingress(config: LinksConfig, ingress: str, progress) -> dict:
+    """speedup_auto per profile through ``ingress``, measured in a child process (a fresh Ray)."""
+    payload = {**_settings(config), "prompts": config.prompts, "ingress": ingress}
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "rows.json"
+        code = ("import json, sys; from pathlib import Path; from edgespec.cloud.bench.links import headline_worker; "
+                f"Path({str(result)!r}).write_text(json.dumps(headline_worker(json.load(sys.stdin))))")
+        proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(payload), capture_output=True, text=True, timeout=7200)
+        if proc.returncode != 0 or not result.is_file():
+            progress(f"  the {ingress} ingress measurement failed: {proc.stderr[-2000:]}")
+            return {}
+        rows = json.loads(result.read_text())
+    for name, row in rows.items():
+        progress(f"  {ingress} ingress, {name}: auto {row['speedup_auto']:.2f}x ({row['speculative_ms_per_token']:.1f} vs "
+                 f"{row['cloud_only_ms_per_token']:.1f} ms/token)")
+    return rows
 
 
-def _markdown(rows: list[dict], sessions: int, args, calibration) -> str:
+def headline_worker(payload: dict) -> dict:
+    """Child process: Serve with ``payload['ingress']``, the headline comparison per profile."""
+    config = LinksConfig(target=Path(payload["target"]), draft=Path(payload["draft"]), prompts=payload["prompts"],
+                         profiles=tuple(payload["profiles"]), max_new_tokens=payload["max_new_tokens"],
+                         main_prompts=payload["main_prompts"], seed=payload["seed"])
+    rows = {}
+    with Harness(config.target, config.draft, ingress=payload["ingress"], progress=lambda m: print(m, file=sys.stderr)) as harness:
+        harness.warm_up(config.prompts[0])
+        for name in config.profiles:
+            harness.use_link(get_profile(name))
+            spec, cloud = harness.compare(config.prompts[: config.main_prompts], _greedy(config), name)
+            spec_s, cloud_s = Summary.of(spec), Summary.of(cloud)
+            rows[name] = {"speedup_auto": cloud_s.ms_per_token / spec_s.ms_per_token,
+                          "speculative_ms_per_token": spec_s.ms_per_token, "cloud_only_ms_per_token": cloud_s.ms_per_token}
+        harness.use_link(None)
+    return rows
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+
+def markdown(report: dict, config: LinksConfig, calibration_source: str) -> str:
+    rows = report["profiles"]
+    ingress = report["ingress_calibration"]
+    others = sorted({name for row in rows for name in (row.get("other_ingresses") or {})})
     lines = [
         "# edgespec over network links",
         "",
-        f"Target `{shown(args.target)}`, draft `{shown(args.draft)}`, {args.max_new_tokens} new tokens, greedy, k={args.k} unless noted. "
-        "Links emulated in user space (`edgespec link`), RTTs from docs/links.md. Ratios measured within one run.",
+        f"Target `{shown(config.target)}`, draft `{shown(config.draft)}`, {config.max_new_tokens} new tokens, greedy. "
+        "Links emulated in user space (`edgespec link`; profiles and sources in docs/links.md); Serve's HAProxy ingress. "
+        "Each figure is a ratio measured within this run, speculative and cloud-only alternating prompt by prompt.",
         "",
-        "| link | RTT ms | speculative ms/token | cloud-only ms/token | speedup | best k | exact vs token-only (ms/token, bytes/round) | draft-ahead gain |",
-        "|---|---|---|---|---|---|---|---|",
+        "## Per-user speedup over cloud-only streaming (ms/token, same ingress)",
+        "",
+        "| link | RTT + jitter ms | speculative ms/token | cloud-only ms/token | **speedup (auto)** | tokens speculative / cloud-only | "
+        "k=4, 1 in flight | send-ahead gain | tree gain | capacity at " + f"{config.sessions} sessions |"
+        + "".join(f" auto through {name} |" for name in others),
+        "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(others),
     ]
     for row in rows:
-        s = row["sampling"]
+        v = row["variants"]
+        cells = [
+            row["profile"], f"{row['rtt_ms']:g} + {row['jitter_ms']:g}", f"{row['speculative']['ms_per_token']:.1f}",
+            f"{row['cloud_only']['ms_per_token']:.1f}", f"**{row['speedup_auto']:.2f}x**",
+            f"{row['tokens_by_path']['speculative']} / {row['tokens_by_path']['cloud_only']}",
+            f"{v['k4_one_in_flight']['speedup']:.2f}x", f"{row['send_ahead_gain']:.2f}x", f"{row['tree_gain']:.2f}x",
+            f"{row['capacity_ratio']:.2f}x",
+        ]
+        for name in others:
+            other = (row.get("other_ingresses") or {}).get(name)
+            cells.append(f"{other['speedup_auto']:.2f}x" if other else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Variants (always speculating, 1 thing changed): k=4 with one block in flight (the round-time breakdown below); "
+        "adaptive k with one block in flight, with send-ahead (gain = the first over the second in ms/token), and with "
+        "a tree of 4 runner-up tokens per block (gain likewise). Capacity: generated tokens/s of the one replica with "
+        f"{config.sessions} concurrent devices, speculative (defaults) over cloud-only.",
+        "",
+        "| link | variant | ms/token | tau | mean k | verified ahead / discarded |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        for label, v in row["variants"].items():
+            lines.append(f"| {row['profile']} | {label} | {v['ms_per_token']:.1f} | {v['tau']:.2f} | {v['mean_k']:.1f} | "
+                         f"{v['ahead_hits']} / {v['discarded_blocks']} |")
+    lines += [
+        "",
+        "## Where a round's time goes (k=4, one block in flight)",
+        "",
+        f"Each part measured on its own: link = the emulator's scheduled delay of one chunk up and one down (mean over "
+        f"the run's chunks); ingress = a raw round's overhead beyond the forward on loopback through the emulator "
+        f"({ingress['emulator_overhead_ms']:.2f} ms, of which {ingress['emulator_cpu_ms']:.2f} ms is the emulator's own "
+        f"CPU: {ingress['direct_overhead_ms']:.2f} ms without it); verify = the replica's forward + accept (reported "
+        "in each verdict); draft = the device's drafting; client = the rest of the device's round (wall - wait - draft).",
+        "",
+        "| link | measured round ms | link | ingress | verify | draft | client | sum | error |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        b = row["breakdown"]
         lines.append(
-            f"| {row['profile']} | {row['rtt_ms']:g} | {row['speculative']['ms_per_token']:.1f} | {row['cloud_only']['ms_per_token']:.1f} | "
-            f"{row['speedup']:.2f}x | {row['best_k']} | {s['exact']['ms_per_token']:.1f} / {s['token']['ms_per_token']:.1f} ms, "
-            f"{s['exact']['bytes_per_round']:.0f} / {s['token']['bytes_per_round']:.0f} B -> {row['sampling_winner']} | {row['draft_ahead_gain']:.2f}x |"
+            f"| {row['profile']} | {b['measured_round_ms']:.1f} | {b['link_ms']:.1f} | {b['ingress_ms']:.1f} | {b['verify_ms']:.1f} | "
+            f"{b['draft_ms']:.1f} | {b['client_ms']:.1f} | {b['sum_ms']:.1f} | {b['error']:+.1%} |"
         )
     lines += [
         "",
-        "## k sweep (speculative ms/token)",
+        "## Sampling at T=0.8, k=4: exact vs token-only",
         "",
-        "| link | " + " | ".join(f"k={k}" for k in rows[0]["k_sweep_ms_per_token"]) + " |",
-        "|---|" + "---|" * len(rows[0]["k_sweep_ms_per_token"]),
+        "| link | exact ms/token (B/round) | token-only ms/token (B/round) |",
+        "|---|---|---|",
     ]
     for row in rows:
-        lines.append(f"| {row['profile']} | " + " | ".join(f"{v:.1f}" for v in row["k_sweep_ms_per_token"].values()) + " |")
+        s = row["sampling"]
+        lines.append(f"| {row['profile']} | {s['exact']['ms_per_token']:.1f} ({s['exact']['bytes_per_round']:.0f}) | "
+                     f"{s['token']['ms_per_token']:.1f} ({s['token']['bytes_per_round']:.0f}) |")
     lines += [
         "",
-        f"## Simulator vs emulator (ms/token per session, 1 and {sessions} concurrent sessions)",
+        f"## Simulator vs emulator (k=4, one block in flight; ms/token per session, 1 and {config.sessions} sessions)",
         "",
-        f"Calibration: {calibration.source}.",
+        f"Calibration: {calibration_source}.",
         "",
         "| link | path | sessions | emulated | simulated | error |",
         "|---|---|---|---|---|---|",
@@ -189,12 +367,10 @@ def _markdown(rows: list[dict], sessions: int, args, calibration) -> str:
     for row in rows:
         sim = row["sim"]
         for path in ("spec", "cloud"):
-            for label, count in (("1", 1), ("n", sessions)):
+            for label, count in (("1", 1), ("n", config.sessions)):
                 key = f"{path}_{label}"
-                lines.append(
-                    f"| {row['profile']} | {'speculative' if path == 'spec' else 'cloud-only'} | {count} | "
-                    f"{sim['measured'][key]:.1f} | {sim['predicted'][key]:.1f} | {sim['errors'][key]:+.1%} |"
-                )
+                lines.append(f"| {row['profile']} | {'speculative' if path == 'spec' else 'cloud-only'} | {count} | "
+                             f"{sim['measured'][key]:.1f} | {sim['predicted'][key]:.1f} | {sim['errors'][key]:+.1%} |")
     within = sum(abs(e) <= 0.10 for row in rows for e in row["sim"]["errors"].values())
     total = sum(len(row["sim"]["errors"]) for row in rows)
     lines += ["", f"{within}/{total} predictions within 10% of the emulated measurement.", ""]
@@ -210,22 +386,31 @@ def _plot_measured(rows: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    rtts = [max(row["rtt_ms"], 0.1) for row in rows]
-    left.plot(rtts, [row["speculative"]["ms_per_token"] for row in rows], "o-", label="speculative")
+    rtts = [max(row["rtt_ms"] + row["jitter_ms"], 0.1) for row in rows]
+    left.plot(rtts, [row["speculative"]["ms_per_token"] for row in rows], "o-", label="speculative (auto)")
     left.plot(rtts, [row["cloud_only"]["ms_per_token"] for row in rows], "s-", label="cloud-only")
+    left.plot(rtts, [row["variants"]["k4_one_in_flight"]["ms_per_token"] for row in rows], "^--", label="k=4, one block in flight")
     left.set_xscale("log")
-    left.set_xlabel("round-trip time (ms)")
+    left.set_xlabel("mean round-trip time (ms)")
     left.set_ylabel("ms per token")
     left.legend()
     left.set_title("Measured through the link emulator")
-    right.plot(rtts, [row["best_k"] for row in rows], "o-")
-    right.set_xscale("log")
-    right.set_xlabel("round-trip time (ms)")
-    right.set_ylabel("best fixed k (measured)")
-    right.set_title("Best k vs RTT")
+    right.bar([row["profile"] for row in rows], [row["speedup_auto"] for row in rows])
+    right.axhline(1.0, color="grey", linewidth=0.8)
+    right.set_ylabel("speedup over cloud-only (auto)")
+    right.set_title("Per-user speedup")
     for row, rtt in zip(rows, rtts):
         left.annotate(row["profile"], (rtt, row["speculative"]["ms_per_token"]), fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "measured_speedup_by_link.png", dpi=110)
     plt.close(fig)
+
+
+def summary_lines(report: dict) -> list[str]:
+    return [
+        f"{row['profile']:>10}: auto {row['speedup_auto']:.2f}x, capacity {row['capacity_ratio']:.2f}x, "
+        f"send-ahead gain {row['send_ahead_gain']:.2f}x, tree gain {row['tree_gain']:.2f}x, "
+        f"round breakdown error {row['breakdown']['error']:+.0%}"
+        for row in report["profiles"]
+    ]
 

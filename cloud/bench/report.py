@@ -96,7 +96,41 @@ def summary_lines(data: dict) -> list[str]:
         f"held-out validation (k={validation['k']}): {validation['speedup']:.2f}x (tuning set {validation['tuning_speedup']:.2f}x)",
         f"closeness to the limit: measured/ideal {limit['measured_over_ideal']:.2f}, "
         f"measured/cost model {limit['measured_over_cost_model']:.2f}",
+    ] + _peer_lines(data.get("peers"))
+
+
+def _peer_lines(peers: dict | None) -> list[str]:
+    if not peers:
+        return []
+    arms, ours = peers["arms"], peers["edgespec_defaults"]["speculative"]["ms_per_token"]
+    listed = ", ".join(f"{name} {arm['ms_per_token']:.2f}" for name, arm in arms.items())
+    return [f"edgespec (defaults, Serve, loopback) {ours:.2f} ms/token vs transformers in one process: {listed} ms/token; "
+            f"{peers['edgespec_over_prompt_lookup']:.2f}x faster than prompt-lookup decoding"]
+
+
+def _peer_table(peers: dict | None) -> list[str]:
+    if not peers:
+        return []
+    ours = peers["edgespec_defaults"]
+    rows = [
+        "## Peers: transformers' own generation on the same pair, in one process",
+        "",
+        "Same prompts, greedy, torch on one thread, no network (`edgespec.cloud.bench.peers`); edgespec with its "
+        "defaults (k auto, send-ahead auto) through Serve on loopback, alternating with its own cloud-only arm.",
+        "",
+        "| arm | ms/token | identical to target-only |",
+        "|---|---|---|",
     ]
+    for name, arm in peers["arms"].items():
+        rows.append(f"| transformers {name} | {arm['ms_per_token']:.2f} | {arm['identical_to_target_only']} |")
+    rows += [
+        f"| edgespec speculative (defaults) | {ours['speculative']['ms_per_token']:.2f} | {ours['identical']} (vs its cloud-only) |",
+        f"| edgespec cloud-only | {ours['cloud_only']['ms_per_token']:.2f} | |",
+        "",
+        f"edgespec is {peers['edgespec_over_prompt_lookup']:.2f}x faster per token than prompt-lookup decoding.",
+        "",
+    ]
+    return rows
 
 
 def markdown(data: dict, plots: list[str]) -> str:
@@ -125,6 +159,7 @@ def markdown(data: dict, plots: list[str]) -> str:
         f"| acceptance rate | {_pct(base['speculative']['acceptance_rate'])} | |",
         f"| bytes per round | {base['speculative']['bytes_per_round']:.0f} | |",
         "",
+        *_peer_table(data.get("peers")),
         "## Diagnosis",
         "",
         "Acceptance at each draft position, given every earlier draft of the block was accepted:",

@@ -38,6 +38,8 @@ class BenchConfig:
     baseline_k: int = 4
     seed: int = 0
     link: str | None = None  # a link profile name; runs go through the link emulator
+    draft_hf: Path | None = None  # the draft's Hugging Face weights, for transformers' assisted generation
+    peers: bool = True  # measure transformers' own generation on the same prompts (``peers.py``)
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -83,6 +85,7 @@ class BenchReport:
     adaptive: dict = field(default_factory=dict)
     costs: dict = field(default_factory=dict)
     limit: dict = field(default_factory=dict)
+    peers: dict = field(default_factory=dict)
 
 
 def compare(harness: Harness, prompts: list[str], params: dict, label: str) -> Comparison:
@@ -116,6 +119,10 @@ def _run(harness: Harness, config: BenchConfig, progress: Callable[[str], None])
     baseline = Comparison("baseline", dict(greedy, k=config.baseline_k), Summary.of(spec), Summary.of(cloud))
     baseline.identical = sum(s.token_ids == c.token_ids for s, c in zip(spec, cloud))
     report.baseline = baseline.to_dict()
+
+    if config.peers:
+        progress("[1b/6] peers: transformers' generation in this process, and edgespec with its defaults")
+        report.peers = _peers(harness, config, greedy, progress)
 
     progress("[2/6] diagnosis: acceptance by position and token kind")
     diagnosis = Diagnosis()
@@ -162,6 +169,19 @@ def _run(harness: Harness, config: BenchConfig, progress: Callable[[str], None])
     progress("[6/6] closeness to the limit")
     report.limit = _limit(baseline, config.baseline_k)
     return report
+
+
+def _peers(harness: Harness, config: BenchConfig, greedy: dict, progress) -> dict:
+    from edgespec.cloud.bench.peers import measure_peers, peers_dict
+
+    arms = measure_peers(config.target, config.draft_hf, config.prompts, config.max_new_tokens, progress)
+    defaults = compare(harness, config.prompts, dict(greedy), "defaults (k auto)")
+    lookup = arms["prompt_lookup"].ms_per_token
+    return {
+        "arms": peers_dict(arms),
+        "edgespec_defaults": defaults.to_dict(),
+        "edgespec_over_prompt_lookup": lookup / defaults.speculative.ms_per_token if defaults.speculative.ms_per_token else 0.0,
+    }
 
 
 def _k_sweep(harness: Harness, config: BenchConfig, greedy: dict, progress) -> dict:

@@ -53,6 +53,11 @@ class LinkStats:
     resets: int = 0
     stalls: int = 0
     upstream_failures: int = 0
+    # The delay the link model gave each chunk (release - arrival, ms), summed per direction.
+    delay_ms_up: float = 0.0
+    delay_ms_down: float = 0.0
+    chunks_up: int = 0
+    chunks_down: int = 0
 
     def line(self) -> str:
         return (
@@ -117,6 +122,7 @@ class _Pipe:
             while data := await self.reader.read(READ_BYTES):
                 now_ms = loop.time() * 1000.0
                 release = self.schedule.release_ms(now_ms, len(data)) if self.schedule else now_ms
+                self.link._delayed(self.direction, release - now_ms)
                 self.queued_bytes += len(data)
                 self.queue.put_nowait((data, release))
                 if self.queued_bytes >= self.max_queue_bytes:
@@ -146,8 +152,10 @@ class _Pipe:
 
 
 class _Connection:
-    def __init__(self, client_writer, upstream_writer):
+    def __init__(self, client_writer, upstream_writer, index: int):
         self.writers = (client_writer, upstream_writer)
+        self.index = index
+        self.pipes: list[_Pipe] = []
         self.task: asyncio.Task | None = None
         self.reset_timer: asyncio.TimerHandle | None = None
 
@@ -255,6 +263,23 @@ class LinkEmulator:
         """Resets (RST) every live connection now; returns how many. New connections still work."""
         return self._call(self._reset_all)
 
+    def set_profile(self, profile: LinkProfile) -> None:
+        """From now on every connection, live or new, follows ``profile`` (chunks already held keep
+        their release times): a link that gets slow, or fast again, mid-generation."""
+        if not isinstance(profile, LinkProfile):
+            raise TypeError(f"profile must be a LinkProfile, got {type(profile).__name__}")
+
+        def apply():
+            self.profile = profile
+            for connection in self._connections:
+                for pipe in connection.pipes:
+                    if pipe.schedule is not None:
+                        pipe.schedule.use_profile(profile)
+                    elif not profile.is_transparent:
+                        pipe.schedule = self._schedule(connection.index, pipe.direction, force=True)
+
+        self._call(apply)
+
     def stall(self, seconds: float) -> None:
         """Pauses forwarding in both directions for ``seconds`` from now (extends a running stall)."""
         if not seconds > 0:
@@ -313,6 +338,14 @@ class LinkEmulator:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def _delayed(self, direction: str, ms: float) -> None:
+        if direction == "up":
+            self.stats.delay_ms_up += ms
+            self.stats.chunks_up += 1
+        else:
+            self.stats.delay_ms_down += ms
+            self.stats.chunks_down += 1
+
     def _count(self, direction: str, nbytes: int) -> None:
         if direction == "up":
             self.stats.bytes_up += nbytes
@@ -361,7 +394,7 @@ class LinkEmulator:
             self.stats.upstream_failures += 1
             _abort_with_rst(client_writer)
             return
-        connection = _Connection(client_writer, upstream_writer)
+        connection = _Connection(client_writer, upstream_writer, index)
         connection.task = asyncio.current_task()
         self._connections.add(connection)
         self.stats.active += 1
@@ -369,7 +402,7 @@ class LinkEmulator:
             connection.reset_timer = asyncio.get_running_loop().call_later(
                 self.faults.reset_after_s, self._reset_one, connection
             )
-        pipes = [
+        pipes = connection.pipes = [
             _Pipe(self, client_reader, upstream_writer, self._schedule(index, "up"), "up"),
             _Pipe(self, upstream_reader, client_writer, self._schedule(index, "down"), "down"),
         ]
@@ -399,8 +432,8 @@ class LinkEmulator:
             connection.reset()
             self.stats.resets += 1
 
-    def _schedule(self, index: int, direction: str) -> DirectionSchedule | None:
-        if self.profile.is_transparent:
+    def _schedule(self, index: int, direction: str, force: bool = False) -> DirectionSchedule | None:
+        if self.profile.is_transparent and not force:
             return None
         # One RNG per connection and direction: draws do not depend on how traffic interleaves.
         rng = random.Random(f"{self.seed}/{index}/{direction}")

@@ -138,11 +138,16 @@ class DirectionSchedule:
     """
 
     def __init__(self, profile: LinkProfile, direction: str, uniform: Callable[[], float]):
-        self.profile = profile
-        self.bandwidth_mbit = profile.bandwidth_mbit(direction)
+        self.direction = direction
         self.uniform = uniform
         self.link_free_ms = -math.inf  # when the transmitter finishes its current chunk
         self.last_release_ms = -math.inf
+        self.use_profile(profile)
+
+    def use_profile(self, profile: LinkProfile) -> None:
+        """Later chunks follow ``profile`` (order is still preserved against earlier ones)."""
+        self.profile = profile
+        self.bandwidth_mbit = profile.bandwidth_mbit(self.direction)
 
     def release_ms(self, arrival_ms: float, nbytes: int) -> float:
         profile = self.profile

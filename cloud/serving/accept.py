@@ -40,6 +40,7 @@ functions over tensors: no model, no transport, no global RNG.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -59,10 +60,26 @@ class Row:
     sampling: SamplingParams
     round_no: int
     q: Q | None = None  # exact mode: per draft, normalised sparse q (token ids, probs)
+    parents: list[int] | None = None  # a tree (greedy): each draft's parent draft, -1 = the pending token
 
     @property
     def drafts(self) -> list[int]:
         return self.tokens[1:]
+
+    @property
+    def tree(self) -> list[int] | None:
+        """The parents of the row's new tokens (pending token first, parent -1), or None for a chain."""
+        if self.parents is None:
+            return None
+        return [-1] + [0 if parent < 0 else parent + 1 for parent in self.parents]
+
+
+class Outcome(NamedTuple):
+    """A row's raw verdict: ``accepted`` drafts (for a tree: the nodes of ``path``), then ``next_token``."""
+
+    accepted: int
+    next_token: int
+    path: list[int] | None = None  # trees: the accepted drafts' indices, root first
 
 
 def verify_greedy(
@@ -85,6 +102,33 @@ def verify_greedy(
     accepted = matches.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
     next_token = target_tokens.gather(1, accepted[:, None]).squeeze(1)
     return accepted, next_token
+
+
+def verify_greedy_tree(
+    draft_tokens: list[int],  # [n] the tree's tokens
+    parents: list[int],  # [n] each token's parent index, -1 = the pending token; parents come first
+    target_tokens: list[int],  # [n + 1] argmax p after the pending token (index 0), then after each node
+) -> tuple[list[int], int]:
+    """Greedy verification of a tree: returns (the accepted path's node indices, next token).
+
+    From the pending token, follow the child whose token equals the target's argmax after its
+    parent, as long as there is one; the next token is the target's argmax after the last node
+    of the path. Siblings carry distinct tokens (the session checks), so the path is unique,
+    and the emitted tokens are exactly the target's greedy tokens, as for a chain.
+    """
+    children: dict[int, dict[int, int]] = {}
+    for node, (token, parent) in enumerate(zip(draft_tokens, parents)):
+        children.setdefault(parent, {})[token] = node
+    path: list[int] = []
+    at = -1  # the pending token
+    for _ in range(len(draft_tokens) + 1):  # NOTE: a path visits each node once at most
+        wanted = target_tokens[at + 1]
+        node = children.get(at, {}).get(wanted)
+        if node is None or node <= at:
+            return path, wanted
+        path.append(node)
+        at = node
+    return path, target_tokens[at + 1]
 
 
 def draw_from(weights: torch.Tensor, exponentials: torch.Tensor) -> int:
@@ -185,15 +229,20 @@ def target_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor
 # ---- a verified batch -> the accept rule ------------------------------------------------------
 
 
-def accept_rows(rows: list[Row], logits: list[torch.Tensor]) -> list[tuple[int, int]]:
-    """logits[i]: [len(rows[i].tokens), V]. Returns (accepted, next token) per row, in order."""
-    out: list[tuple[int, int]] = [(0, 0)] * len(rows)
+def accept_rows(rows: list[Row], logits: list[torch.Tensor]) -> list[Outcome]:
+    """logits[i]: [len(rows[i].tokens), V]. Returns each row's Outcome, in order."""
+    out: list[Outcome] = [Outcome(0, 0)] * len(rows)
+    for i, row in enumerate(rows):
+        if row.parents is not None:  # trees are greedy only (the session checks)
+            argmax = logits[i].argmax(dim=-1).tolist()
+            path, token = verify_greedy_tree(row.drafts, row.parents, argmax)
+            out[i] = Outcome(len(path), token, path)
     for mode in Mode:
-        group = [i for i, row in enumerate(rows) if row.mode == mode]
+        group = [i for i, row in enumerate(rows) if row.mode == mode and row.parents is None]
         if group:
             results = _accept(mode, [rows[i] for i in group], [logits[i] for i in group])
-            for i, result in zip(group, results):
-                out[i] = result
+            for i, (accepted, token) in zip(group, results):
+                out[i] = Outcome(accepted, token)
     return out
 
 

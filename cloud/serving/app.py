@@ -2,8 +2,9 @@
 
 Two ways in, one application:
 
-- ``edgespec serve`` (or ``serve_verifier`` from Python) starts Ray and Serve with the gRPC
-  proxy and deploys the verifier, waiting (with a deadline) until it is running;
+- ``edgespec serve`` (or ``serve_verifier`` from Python) starts Ray and Serve with a gRPC
+  ingress (``ingress.py``: HAProxy by default) and deploys the verifier, waiting (with a
+  deadline) until the endpoint answers;
 - ``serve deploy cluster/serve.yaml`` imports ``edgespec.cloud.serving.app:build`` with the YAML's
   ``args`` (the VerifierConfig fields plus the deployment options).
 """
@@ -17,6 +18,7 @@ from dataclasses import asdict, fields
 from typing import Any, Callable
 
 from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+from edgespec.cloud.serving.ingress import configure_ingress, direct_endpoints, ingress_from_environment, resolve_ingress
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +63,23 @@ def init_ray(
     num_cpus: int | None = None,
     metrics_export_port: int | None = None,
     log_to_driver: bool = True,
+    ingress: str | None = None,
 ) -> None:
     """Connects to ``address`` (or RAY_ADDRESS), else starts a fresh local Ray instance.
 
     ``metrics_export_port``: where a local instance serves Prometheus metrics (``/metrics``).
     ``log_to_driver``: False keeps replica logs in Ray's log folder, off this terminal.
+    ``ingress``: for a local instance, the Serve gRPC ingress its processes start with (None:
+    the flags already in the environment, else the default); a running cluster keeps the
+    flags it was started with.
     """
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        configure_ingress(resolve_ingress(ingress))
     import ray
 
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
@@ -93,24 +101,56 @@ def serve_verifier(
     *,
     grpc_port: int = DEFAULT_GRPC_PORT,
     http_port: int | None = None,
+    host: str = "127.0.0.1",
     timeout_s: float = 300.0,
     progress: Callable[[str], None] | None = None,
-) -> None:
-    """Starts Serve with the gRPC proxy and deploys the verifier; returns once it is RUNNING.
+) -> str:
+    """Starts Serve with its gRPC ingress and deploys the verifier; returns the address clients
+    connect to (HOST:PORT) once the endpoint answers health checks.
 
-    Raises TimeoutError after ``timeout_s`` (a deployment whose resources cannot be met
-    would otherwise wait forever) and RuntimeError when the deployment fails.
+    ``host``: the interface the gRPC listener binds (with the HAProxy ingress it comes from
+    Serve's ``http_options``). Raises TimeoutError after ``timeout_s`` (a deployment whose
+    resources cannot be met would otherwise wait forever) and RuntimeError when it fails.
     """
     from ray import serve
 
     progress = progress or (lambda message: log.info(message))
-    http_options = {"host": "127.0.0.1", "port": http_port if http_port is not None else 8000}
+    deadline = time.monotonic() + timeout_s
+    http_options = {"host": host, "port": http_port if http_port is not None else 8000}
     serve.start(http_options=http_options, grpc_options=grpc_options(grpc_port))
     app = build_app(config, options)
     progress(f"deploying {config.model_id} ({options.num_replicas if options else 1} replica(s))")
-    # A route prefix makes the app an endpoint, which the gRPC proxy needs to route to it.
+    # A route prefix makes the app an endpoint, which the gRPC ingress needs to route to it.
     serve._run(app, name=APP_NAME, route_prefix="/", _blocking=False)
     wait_until_running(APP_NAME, timeout_s=timeout_s, progress=progress)
+    if ingress_from_environment() == "direct":
+        address = direct_endpoints(APP_NAME)[0]
+    else:
+        address = f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{grpc_port}"
+    wait_until_serving(address, timeout_s=max(deadline - time.monotonic(), 5.0))
+    return address
+
+
+def wait_until_serving(address: str, *, timeout_s: float) -> None:
+    """Waits until the gRPC health check at ``address`` answers SERVING (the ingress may lag
+    the application's RUNNING state by a moment while HAProxy picks up the replica)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    last_error = "no answer"
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service="edgespec.v1.Speculative"), timeout=5)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last_error = f"status {reply.status}"
+            except grpc.RpcError as exc:
+                last_error = f"{exc.code().name}: {exc.details()}"
+            time.sleep(0.25)
+    raise TimeoutError(f"the verifier at {address} did not answer health checks within {timeout_s:g}s ({last_error})")
 
 
 def wait_until_running(app_name: str, *, timeout_s: float, progress: Callable[[str], None]) -> None:

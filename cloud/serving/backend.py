@@ -25,7 +25,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from edgespec.cloud.serving.accept import Row, accept_rows
+from edgespec.cloud.serving.accept import Outcome, Row, accept_rows
 from edgespec.cloud.serving.config import VerifierConfig
 
 
@@ -37,6 +37,7 @@ class BackendInfo:
     params: int
     kv_bytes_per_token: int
     description: dict
+    can_verify_trees: bool = False  # standard cache layers: trees (and padded batches) work
 
 
 class BackendError(RuntimeError):
@@ -59,6 +60,7 @@ class LocalBackend:
             params=engine.params,
             kv_bytes_per_token=engine.kv_bytes_per_token(),
             description=engine.describe(),
+            can_verify_trees=engine.can_batch,
         )
 
     def open(self, key: int, prefix: list[int]) -> None:
@@ -69,14 +71,18 @@ class LocalBackend:
     def close(self, key: int) -> None:
         self.caches.pop(key, None)
 
-    def verify(self, rows: list[Row]) -> list[tuple[int, int]]:
+    def verify(self, rows: list[Row]) -> list[Outcome]:
         """One padded forward over every row, then the accept rule per mode."""
         for row in rows:
             if row.key not in self.caches:
                 raise BackendError(f"no cache for session {row.key}: it was closed or never opened")
             self.engine.trim(self.caches[row.key], row.cache_len)
-        logits = self.engine.forward([(self.caches[row.key], row.tokens) for row in rows])
-        return accept_rows(rows, logits)
+        logits = self.engine.forward([(self.caches[row.key], row.tokens) for row in rows], [row.tree for row in rows])
+        outcomes = accept_rows(rows, logits)
+        for row, outcome in zip(rows, outcomes):
+            if outcome.path is not None:  # a tree: keep the pending token and the accepted path only
+                self.engine.keep_path(self.caches[row.key], row.cache_len, [0] + [1 + i for i in outcome.path])
+        return outcomes
 
     def shutdown(self) -> None:
         self.caches.clear()
@@ -171,7 +177,7 @@ class ProcessBackend:
     def close(self, key: int) -> None:
         self._call("close", key)
 
-    def verify(self, rows: list[Row]) -> list[tuple[int, int]]:
+    def verify(self, rows: list[Row]) -> list[Outcome]:
         return self._call("verify", rows)
 
     def shutdown(self) -> None:

@@ -46,6 +46,7 @@ def generate_from_proto(msg: pb.GenerateRequest) -> OpenRequest:
         tokenizer_fingerprint=msg.tokenizer_fingerprint,
         max_new_tokens=int(msg.max_new_tokens),
         stop_token_ids=list(msg.stop_token_ids),
+        first_round=int(msg.first_round),
     )
 
 
@@ -63,5 +64,7 @@ def verdict_to_proto(verdict: Verdict) -> pb.SessionResponse:
             finish_reason=FINISH_TO_WIRE[verdict.finish],
             batch_size=verdict.batch_size,
             verify_ms=verdict.verify_ms,
+            discarded=verdict.discarded,
+            accepted_path=verdict.accepted_path or [],
         )
     )

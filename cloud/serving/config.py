@@ -41,6 +41,8 @@ class VerifierConfig:
         device: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
         session_idle_timeout_s: a session that sends nothing for this long is closed
             (DEADLINE_EXCEEDED) and its KV cache freed.
+        max_tree_tokens: most tokens of one tree draft (greedy; ``Draft.parents``); 0 accepts
+            chains only.
         engine_process: run the model in a child process of the replica, so the forward's
             Python code never holds the replica's GIL while drafts arrive and a crashed engine
             fails the replica's health check. Off by default: on 2 shared CPU cores the extra
@@ -61,6 +63,7 @@ class VerifierConfig:
     device: str = "auto"
     session_idle_timeout_s: float = 300.0
     engine_process: bool = False
+    max_tree_tokens: int = 32
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -77,6 +80,8 @@ class VerifierConfig:
                 f"default_max_new_tokens ({self.default_max_new_tokens}) must not exceed "
                 f"max_new_tokens ({self.max_new_tokens})"
             )
+        if self.max_tree_tokens < 0:
+            raise ValueError(f"max_tree_tokens must be >= 0 (0 = chains only), got {self.max_tree_tokens}")
         if self.batch_wait_timeout_s < 0:
             raise ValueError(f"batch_wait_timeout_s must be >= 0, got {self.batch_wait_timeout_s}")
         if self.session_idle_timeout_s <= 0:

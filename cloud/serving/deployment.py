@@ -28,7 +28,7 @@ from edgespec.cloud.serving import codec
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.metrics import VerifierMetrics
 from edgespec.cloud.serving.scheduler import BatchScheduler
-from edgespec.cloud.serving.session import SessionState, check_draft, invalid, precondition
+from edgespec.cloud.serving.session import SessionState, check_draft, discarded, invalid, precondition
 from edgespec.cloud.serving.verifier import Verifier, VerifyItem
 from edgespec.edge.errors import ServerError, status_error
 from edgespec.edge.params import Finish
@@ -59,12 +59,13 @@ class VerifierDeployment:
         self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-model")
         self.active_sessions = 0
         self.metrics = VerifierMetrics()
+        self.forward_ms = 0.0  # exponentially weighted forward + accept time, reported by Info
         self.batches = BatchScheduler(
             lambda items: self._on_model_thread(self.verifier.step, items),
             max_batch_size=self.config.max_batch_size,
             wait_s=self.config.batch_wait_timeout_s,
             expected=lambda: self.active_sessions,
-            on_batch=self.metrics.record_batch,
+            on_batch=self._on_batch,
         )
         log.info("edgespec verifier ready: %s", self.verifier.backend.info.description)
 
@@ -113,9 +114,14 @@ class VerifierDeployment:
 
     async def _round(self, session: SessionState, draft: pb.Draft):
         last = session.last_verdict
-        if last is not None and draft.round == last.round_no and list(draft.token_ids) == session.last_block.tokens:
+        tokens = list(draft.token_ids)
+        if not draft.ahead and last is not None and draft.round == last.round_no and tokens == session.last_block.tokens:
             return last  # a retried round: same drafts, same (already committed) verdict
-        block = check_draft(session, int(draft.round), list(draft.token_ids), codec.draft_q(draft))
+        block = check_draft(session, int(draft.round), tokens, codec.draft_q(draft), ahead=draft.ahead,
+                            assumed_token=int(draft.assumed_token), parents=list(draft.parents))
+        if block is None:  # sent ahead on an assumption that failed: no forward
+            self.metrics.discarded_block()
+            return discarded(int(draft.round))
         return await self.batches.submit(VerifyItem(session, block))
 
     async def _next_message(self, requests: AsyncIterator[pb.SessionRequest]) -> pb.SessionRequest | None:
@@ -187,6 +193,9 @@ class VerifierDeployment:
             kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token,
             replica_rss_bytes=resident_bytes(),
             active_sessions=self.active_sessions,
+            forward_ms=self.forward_ms,
+            send_ahead=True,
+            max_tree_tokens=limits.max_tree_tokens,
         )
 
     async def Check(self, request: health_pb2.HealthCheckRequest, grpc_context=None) -> health_pb2.HealthCheckResponse:
@@ -211,6 +220,11 @@ class VerifierDeployment:
             verifier.shutdown()
 
     # ---- batching --------------------------------------------------------------------------
+
+    def _on_batch(self, items, verdicts) -> None:
+        ms = verdicts[0].verify_ms
+        self.forward_ms = ms if not self.forward_ms else 0.9 * self.forward_ms + 0.1 * ms
+        self.metrics.record_batch(items, verdicts)
 
     async def _on_model_thread(self, fn, *args, **kwargs):
         loop = asyncio.get_running_loop()

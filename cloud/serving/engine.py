@@ -12,6 +12,12 @@ so every real token sees exactly its own context, at its own positions. Afterwar
 cache is the slice of the batch cache that belongs to it; ``trim`` then rolls it back to the
 committed length (rollback is a slice: rejected drafts just fall off the end).
 
+A row may be a *tree* (``parents``: for each new token, the index of its parent among the
+row's new tokens, -1 for the first one, the pending token). Its tokens then see the context
+and their own ancestors only, at position L_b + depth, through a 4D attention mask; after the
+accept rule picked a path, ``keep_path`` compacts the row's cache to the context, the pending
+token and the accepted nodes.
+
 One session alone skips the padding and runs on its own cache. Everything here runs on a
 single thread (the replica's model executor); nothing is thread-safe by itself.
 """
@@ -49,6 +55,26 @@ class SessionKV:
             if getattr(layer, "is_initialized", False) and layer.keys is not None:
                 total += layer.keys.numel() * layer.keys.element_size() * 2
         return total
+
+
+def tree_depths(parents: list[int] | None, n: int) -> list[int]:
+    """Depth of each new token (the first, the pending token, is 0); a chain when ``parents`` is None."""
+    if parents is None:
+        return list(range(n))
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def tree_ancestors(parents: list[int] | None, n: int) -> list[list[int]]:
+    """For each new token, itself and its ancestors among the new tokens."""
+    if parents is None:
+        return [list(range(i + 1)) for i in range(n)]
+    out: list[list[int]] = []
+    for i, parent in enumerate(parents):
+        out.append((out[parent] if parent >= 0 else []) + [i])
+    return out
 
 
 def resolve_device(name: str) -> torch.device:
@@ -98,14 +124,27 @@ class TargetEngine:
             self._forward_one(kv, chunk, need_logits=False)
 
     @torch.inference_mode()
-    def forward(self, rows: list[tuple[SessionKV, list[int]]]) -> list[torch.Tensor]:
+    def forward(self, rows: list[tuple[SessionKV, list[int]]], trees: list[list[int] | None] | None = None) -> list[torch.Tensor]:
         """Runs the new tokens of every row; returns each row's logits [n_b, V] (float32, CPU).
 
+        ``trees[b]``: row b's parent indices (see the module docstring), None for a chain.
         Each row's cache grows by its n_b tokens; the caller trims it afterwards.
         """
-        if len(rows) == 1 or not self.can_batch:
+        trees = trees or [None] * len(rows)
+        if (len(rows) == 1 and trees[0] is None) or not self.can_batch:
+            if any(tree is not None for tree in trees):
+                raise ValueError("tree drafts need a model with standard cache layers (this one verifies one chain at a time)")
             return [self._forward_one(kv, tokens) for kv, tokens in rows]
-        return self._forward_padded(rows)
+        return self._forward_padded(rows, trees)
+
+    def keep_path(self, kv: SessionKV, start: int, path: list[int]) -> None:
+        """Keeps the first ``start`` cached tokens and, after them, only the new tokens at
+        offsets ``path`` (in that order): a tree row's cache after its path was accepted."""
+        index = torch.tensor(list(range(start)) + [start + i for i in path], dtype=torch.long, device=self.device)
+        for layer in kv.cache.layers:
+            layer.keys = layer.keys.index_select(2, index)
+            layer.values = layer.values.index_select(2, index)
+        kv.length = start + len(path)
 
     def trim(self, kv: SessionKV, length: int) -> None:
         """Rolls a session's cache back to its first ``length`` tokens."""
@@ -127,19 +166,28 @@ class TargetEngine:
         kv.length += n
         return out.logits[0].float().cpu() if need_logits else None
 
-    def _forward_padded(self, rows: list[tuple[SessionKV, list[int]]]) -> list[torch.Tensor]:
+    def _forward_padded(self, rows: list[tuple[SessionKV, list[int]]], trees: list[list[int] | None]) -> list[torch.Tensor]:
         batch = len(rows)
         lengths = [kv.length for kv, _ in rows]
         counts = [len(tokens) for _, tokens in rows]
         lmax, nmax = max(lengths), max(counts)
         input_ids = torch.zeros(batch, nmax, dtype=torch.long)
         positions = torch.zeros(batch, nmax, dtype=torch.long)
-        mask = torch.zeros(batch, lmax + nmax, dtype=torch.long)
-        for b, ((kv, tokens), length, n) in enumerate(zip(rows, lengths, counts)):
+        # visible[b, i, j]: new token i of row b may attend to key j (past, then new tokens).
+        visible = torch.zeros(batch, nmax, lmax + nmax, dtype=torch.bool)
+        for b, ((kv, tokens), length, n, tree) in enumerate(zip(rows, lengths, counts, trees)):
             input_ids[b, :n] = torch.tensor(tokens)
+            visible[b, :, lmax - length : lmax] = True  # the row's own context, right-aligned
+            depth = tree_depths(tree, n)
             # Padding positions only need to be valid indices; their outputs are dropped.
-            positions[b] = torch.arange(length, length + nmax).clamp_max(self.max_context - 1)
-            mask[b, lmax - length : lmax + n] = 1
+            positions[b, :n] = (length + torch.tensor(depth)).clamp_max(self.max_context - 1)
+            positions[b, n:] = torch.arange(length + n, length + nmax).clamp_max(self.max_context - 1)
+            for i, ancestors in enumerate(tree_ancestors(tree, n)):
+                visible[b, i, [lmax + a for a in ancestors]] = True
+            for i in range(n, nmax):  # padding queries see themselves: no empty softmax row
+                visible[b, i, lmax + i] = True
+        dtype = self.model.dtype
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
         cache = self._stack_caches([kv for kv, _ in rows], lmax)
         out = self.model(
             input_ids=input_ids.to(self.device),

@@ -11,7 +11,8 @@ replica) added. Names, all prefixed ``edgespec_``:
 - ``verify_batch_size`` histogram and ``verify_ms`` histogram: sessions per target forward and
   the forward's time;
 - ``generated_tokens_total`` (tag ``path``: speculative or cloud_only);
-- ``active_sessions`` gauge; ``sessions_total``; ``errors_total`` (tag ``code``).
+- ``active_sessions`` gauge; ``sessions_total``; ``errors_total`` (tag ``code``);
+- ``discarded_blocks_total``: sent-ahead blocks whose assumption failed (no forward ran).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class VerifierMetrics:
         self.active_sessions = metrics.Gauge("edgespec_active_sessions", "Open sessions and Generate calls on the replica")
         self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path",))
         self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code",))
+        self.discarded = metrics.Counter("edgespec_discarded_blocks_total", "Sent-ahead blocks discarded (assumption failed)")
 
     def record_batch(self, items: list[VerifyItem], verdicts) -> None:
         """One verification batch: counters summed first, so the cost is per batch, not per token."""
@@ -62,6 +64,8 @@ class VerifierMetrics:
             rounds[mode] += 1
             emitted["speculative"] += verdict.emitted
             self.acceptance_length.observe(verdict.emitted)
+            if item.block.parents is not None:
+                continue  # a tree's tokens have no single position each
             for position in range(1, k + 1):
                 pos_drafted[position] += 1
                 if position <= verdict.accepted:
@@ -85,6 +89,9 @@ class VerifierMetrics:
 
     def session_closed(self, active: int) -> None:
         self.active_sessions.set(active)
+
+    def discarded_block(self) -> None:
+        self.discarded.inc()
 
     def error(self, code) -> None:
         self.errors.inc(tags={"code": code.name})

@@ -47,6 +47,7 @@ class Limits:
     max_new_tokens: int
     default_max_new_tokens: int
     tokenizer_fingerprint: str
+    max_tree_tokens: int = 0  # 0: chains only
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class DraftBlock:
     round_no: int
     tokens: list[int]
     q: list[tuple[list[int], list[float]]] | None = None
+    ahead: bool = False  # sent ahead; verified because its assumption held
+    parents: list[int] | None = None  # a tree (greedy only): each token's parent, -1 = the pending token
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Verdict:
     finish: Finish
     batch_size: int = 1
     verify_ms: float = 0.0
+    discarded: bool = False  # a sent-ahead block whose assumption failed: nothing committed
+    accepted_path: list[int] | None = None  # trees: the accepted tokens' indices in the Draft
 
     @property
     def emitted(self) -> int:
@@ -100,6 +105,9 @@ class SessionState:
     finish: Finish = Finish.NONE
     last_block: DraftBlock | None = None
     last_verdict: Verdict | None = None
+    # The last verified round accepted every draft and emitted its bonus token: the condition
+    # under which a block sent ahead of its verdict extends exactly what is committed.
+    last_full: bool = False
     kv: object = None  # the engine's per-session cache handle
 
     @property
@@ -162,8 +170,37 @@ def open_session(req: OpenRequest, limits: Limits, *, generate: bool = False) ->
     )
 
 
-def check_draft(state: SessionState, round_no: int, tokens: list[int], q: list[tuple[list[int], list[float]]]) -> DraftBlock:
-    """Validates one Draft message against the session; returns it as a DraftBlock."""
+def discarded(round_no: int) -> Verdict:
+    """The answer to a sent-ahead block whose assumption did not hold."""
+    return Verdict(round_no, 0, 0, Finish.NONE, batch_size=0, discarded=True)
+
+
+def check_draft(
+    state: SessionState,
+    round_no: int,
+    tokens: list[int],
+    q: list[tuple[list[int], list[float]]],
+    *,
+    ahead: bool = False,
+    assumed_token: int = 0,
+    parents: list[int] | None = None,
+) -> DraftBlock | None:
+    """Validates one Draft message against the session; returns it as a DraftBlock.
+
+    A sent-ahead block (``ahead``) is validated like any other, then verified only if the
+    session is where the device assumed: its previous round, the last one verified, accepted
+    every draft and emitted ``assumed_token``, and this is the next round. Otherwise the block
+    is stale and None is returned (answer ``discarded``): never an error, since the device sent
+    it before it could know.
+    """
+    if parents:
+        return _checked_tree(state, round_no, tokens, parents, q, ahead)
+    if ahead:
+        check_token_ids(tokens, state.limits.vocab_size, "draft.token_ids")
+        if not 1 <= len(tokens) <= state.limits.max_k:
+            raise invalid(f"k = {len(tokens)} drafted tokens; send between 1 and max_k = {state.limits.max_k}")
+        if state.finished or round_no != state.next_round or not state.last_full or state.pending != assumed_token:
+            return None
     if state.finished:
         raise precondition(
             f"session already finished ({state.finish.value}) after {state.generated} tokens; "
@@ -185,7 +222,47 @@ def check_draft(state: SessionState, round_no: int, tokens: list[int], q: list[t
         checked_q = _checked_q(q, tokens, state.limits.vocab_size)
     elif q:
         raise invalid(f"draft.q is only sent in exact mode; this session is in {state.spec.mode.value} mode")
-    return DraftBlock(round_no=round_no, tokens=list(tokens), q=checked_q)
+    return DraftBlock(round_no=round_no, tokens=list(tokens), q=checked_q, ahead=ahead)
+
+
+def _checked_tree(state: SessionState, round_no: int, tokens: list[int], parents: list[int], q, ahead: bool) -> DraftBlock:
+    """A tree draft: greedy only, parents before children, distinct siblings, within the limits."""
+    limits = state.limits
+    if not limits.max_tree_tokens:
+        raise invalid("this server verifies chains only: send draft.parents empty (see Info.max_tree_tokens)")
+    if state.spec.mode is not Mode.GREEDY:
+        raise invalid(f"tree drafts are verified in greedy mode only; this session is in {state.spec.mode.value} mode")
+    if ahead:
+        raise invalid("a block sent ahead (draft.ahead) must be a chain: send draft.parents empty")
+    if q:
+        raise invalid("draft.q is only sent in exact mode; tree drafts are greedy")
+    if state.finished:
+        raise precondition(f"session already finished ({state.finish.value}); send Close, or open a new session")
+    if round_no != state.next_round:
+        raise precondition(f"round {round_no} out of order: expected round {state.next_round}")
+    n = len(tokens)
+    if len(parents) != n:
+        raise invalid(f"draft.parents has {len(parents)} entries for {n} tokens: send one parent index per token")
+    if not 1 <= n <= limits.max_tree_tokens:
+        raise invalid(f"a tree of {n} tokens; send between 1 and max_tree_tokens = {limits.max_tree_tokens}")
+    check_token_ids(tokens, limits.vocab_size, "draft.token_ids")
+    depth: list[int] = []
+    siblings: set[tuple[int, int]] = set()
+    for i, (parent, token) in enumerate(zip(parents, tokens)):
+        if not -1 <= parent < i:
+            raise invalid(f"draft.parents[{i}] = {parent}: a parent is -1 (the pending token) or an earlier token's index")
+        if (parent, token) in siblings:
+            raise invalid(f"draft.token_ids[{i}] = {token} repeats a sibling's token: siblings must differ")
+        siblings.add((parent, token))
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    if max(depth) > limits.max_k:
+        raise invalid(f"the tree is {max(depth)} tokens deep; at most max_k = {limits.max_k}")
+    if len(state.committed) + max(depth) > limits.max_context:
+        raise out_of_range(
+            f"a path of {max(depth)} drafts would pass the max context of {limits.max_context} tokens "
+            f"({len(state.committed)} committed); draft at most {state.context_room} deep"
+        )
+    return DraftBlock(round_no=round_no, tokens=list(tokens), parents=list(parents))
 
 
 def _checked_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab: int) -> list[tuple[list[int], list[float]]]:

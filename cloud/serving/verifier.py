@@ -23,6 +23,7 @@ from edgespec.cloud.serving.accept import Row
 from edgespec.cloud.serving.backend import make_backend
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, open_session, settle
+from edgespec.edge.params import Finish
 
 
 @dataclass
@@ -44,6 +45,7 @@ class VerifyItem:
             sampling=state.spec.sampling,
             round_no=state.next_round,
             q=self.block.q if self.block else None,
+            parents=self.block.parents if self.block else None,
         )
 
 
@@ -60,6 +62,7 @@ class Verifier:
             max_new_tokens=config.max_new_tokens,
             default_max_new_tokens=config.default_max_new_tokens,
             tokenizer_fingerprint=info.tokenizer_fingerprint,
+            max_tree_tokens=config.max_tree_tokens if info.can_verify_trees else 0,
         )
         self._keys = itertools.count(1)
 
@@ -81,12 +84,18 @@ class Verifier:
         raw = self.backend.verify([item.row() for item in items])
         verify_ms = (time.perf_counter() - started) * 1000.0
         verdicts = []
-        for item, (accepted, token) in zip(items, raw):
+        for item, outcome in zip(items, raw):
             state = item.state
             round_no = state.next_round
-            accepted, token, finish = settle(state, item.drafts, accepted, token)
-            verdict = Verdict(round_no, accepted, token, finish, batch_size=len(items), verify_ms=verify_ms)
+            if outcome.path is not None:  # a tree: the accepted path is what the round emits
+                emitted, every_draft = [item.drafts[i] for i in outcome.path], False
+            else:
+                emitted, every_draft = item.drafts, item.block is not None and outcome.accepted == len(item.drafts)
+            accepted, token, finish = settle(state, emitted, outcome.accepted, outcome.next_token)
+            path = None if outcome.path is None else outcome.path[:accepted]
+            verdict = Verdict(round_no, accepted, token, finish, batch_size=len(items), verify_ms=verify_ms, accepted_path=path)
             state.last_block, state.last_verdict = item.block, verdict
+            state.last_full = every_draft and finish is Finish.NONE
             verdicts.append(verdict)
         return verdicts
 

@@ -132,3 +132,31 @@ def build_tiny_gpt2(out_dir: str | Path, *, seed: int = 0, vocab_size: int = 512
     model.save_pretrained(str(out))
     save_tokenizer(tokenizer, out)
     return out
+
+
+def word_tokenizer(words: list[str]) -> Tokenizer:
+    """A word-level tokenizer over exactly ``words`` (ids in that order), split on whitespace."""
+    tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token=words[0]))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer
+
+
+def build_tiny_vocab_pair(out_dir: str | Path, *, vocab_size: int = 5, seed: int = 0, spread: float = 0.15) -> TinyPair:
+    """A target and a one-layer draft over ``vocab_size`` tokens (the first is the end-of-text
+    token): small enough that the exact distribution of a few generated tokens can be
+    enumerated, as the goodness-of-fit tests of sampling need. ``spread`` scales the weights,
+    so that p is far from uniform yet never a point mass."""
+    transformers.utils.logging.disable_progress_bar()
+    out = Path(out_dir)
+    pair = TinyPair(out / "target", out / "draft-hf")
+    if (pair.target_dir / "config.json").is_file() and (pair.draft_dir / "config.json").is_file():
+        return pair
+    words = [EOS_TOKEN] + [chr(ord("a") + i) for i in range(vocab_size - 1)]
+    tokenizer = word_tokenizer(words)
+    for layers, path, model_seed in ((2, pair.target_dir, seed), (1, pair.draft_dir, seed + 1)):
+        torch.manual_seed(model_seed)
+        model = LlamaForCausalLM(tiny_llama_config(vocab_size, layers=layers, hidden=32, max_positions=64)).eval()
+        _init_spread(model, std=spread, seed=model_seed)
+        model.save_pretrained(str(path))
+        save_tokenizer(tokenizer, path)
+    return pair

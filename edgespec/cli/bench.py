@@ -3,6 +3,7 @@
     edgespec bench --target DIR --draft DIR --prompts FILE [--held-out FILE] [--out DIR]
     edgespec bench capacity --target DIR --draft DIR --prompts FILE --sessions 1,4,16,32
     edgespec bench links --target DIR --draft DIR --prompts FILE --profiles loopback,wifi,4g
+    edgespec bench ingress --target DIR --draft DIR --prompts FILE --ingresses haproxy,proxy,direct
 
 Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
 an existing deployment is measured (its target must be the one --target names).
@@ -20,10 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links"),
-                        help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network profile")
+    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "ingress"),
+                        help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network "
+                             "profile; ingress: Serve's gRPC ingresses side by side")
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
+    parser.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
+                        help="report: the draft's Hugging Face weights, for transformers' assisted generation (peers)")
+    parser.add_argument("--no-peers", action="store_true", help="report: skip the transformers in-process peers")
     parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text)")
     parser.add_argument("--held-out", type=Path, default=None, help="held-out prompts, never used for tuning")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default runs/bench-<what>-<time>)")
@@ -36,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="4", help="capacity/links: k (a number or auto)")
     parser.add_argument("--link", default=None, help="report: run every measurement through this link profile")
     parser.add_argument("--profiles", default="loopback,lan,wifi,5g,4g,satellite", help="links: profiles to compare")
+    parser.add_argument("--ingresses", default="haproxy,proxy,direct", help="ingress: which to compare, in this order")
+    parser.add_argument("--other-ingresses", default="proxy",
+                        help="links: also measure the headline speedup through these ingresses ('' for none)")
+    parser.add_argument("--rounds", type=int, default=200, help="ingress: raw rounds of the one-session latency run")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -56,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
     progress = lambda message: print(message, flush=True)  # noqa: E731
     if args.what == "capacity":
         return _capacity(args, prompts, out, progress)
+    if args.what == "ingress":
+        return _ingress(args, prompts, out, progress)
     if args.what == "links":
-        from edgespec.cloud.bench.links import run_links
-
-        return run_links(args, prompts, out, progress)
+        return _links(args, prompts, out, progress)
     from edgespec.cloud.bench.report import summary_lines, write_report
     from edgespec.cloud.bench.workflow import BenchConfig, run_bench
 
@@ -67,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         target=args.target, draft=args.draft, prompts=prompts, held_out=held_out, out=out, server=args.server,
         max_new_tokens=args.max_new_tokens, k_values=tuple(int(k) for k in args.k_values.split(",")),
         baseline_k=args.baseline_k, seed=args.seed, link=args.link,
+        draft_hf=args.draft_hf if args.draft_hf and args.draft_hf.is_dir() else None, peers=not args.no_peers,
     )
     started = time.perf_counter()
     report = run_bench(config, progress)
@@ -93,4 +103,41 @@ def _capacity(args, prompts, out, progress) -> int:
         rows = run_capacity(harness.server, args.draft, prompts, counts, params, progress)
     paths = write_capacity(rows, out, f"{args.target.name} + {args.draft.name}, k={args.k}, {args.max_new_tokens} tokens")
     print(f"\ncapacity report in {out}: " + ", ".join(p.name for p in paths))
+    return 0
+
+
+def _ingress(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.ingress import IngressBenchConfig, run_ingress_bench, write_ingress_report
+
+    try:
+        config = IngressBenchConfig(
+            target=args.target, draft=args.draft, prompts=prompts, ingresses=tuple(args.ingresses.split(",")),
+            k=int(args.k), rounds=args.rounds, sessions=max(int(n) for n in args.sessions.split(",")),
+            max_new_tokens=args.max_new_tokens, seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"edgespec bench ingress: {exc}", file=sys.stderr)
+        return 2
+    rows = run_ingress_bench(config, progress)
+    paths = write_ingress_report(rows, config, out)
+    print(f"\ningress report in {out}: " + ", ".join(p.name for p in paths))
+    return 0
+
+
+def _links(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.links import LinksConfig, run_links, summary_lines
+
+    try:
+        config = LinksConfig(
+            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.profiles.split(",")),
+            sessions=max(int(n) for n in args.sessions.split(",")), max_new_tokens=args.max_new_tokens,
+            other_ingresses=tuple(name for name in args.other_ingresses.split(",") if name), server=args.server, seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"edgespec bench links: {exc}", file=sys.stderr)
+        return 2
+    report = run_links(config, out, progress)
+    print(f"\nlinks report in {out}: links.md, links.json, calibration.json and plots")
+    for line in summary_lines(report):
+        print(f"  {line}")
     return 0

@@ -26,7 +26,8 @@ def bench_args(server, prompt_file, out, what, **overrides):
     args = parser.parse_args(
         [what, "--target", str(server.pair.target_dir), "--draft", str(server.pair.draft_dir),
          "--prompts", str(prompt_file), "--held-out", str(prompt_file), "--out", str(out),
-         "--server", server.address, "--prompt-limit", "2", "--max-new-tokens", "12", "--k-values", "1,3"]
+         "--server", server.address, "--prompt-limit", "2", "--max-new-tokens", "12", "--k-values", "1,3",
+         "--draft-hf", str(server.pair.draft_hf_dir)]
     )
     for key, value in overrides.items():
         setattr(args, key, value)
@@ -45,7 +46,12 @@ def test_bench_report(server, prompt_file, tmp_path):
     assert 0.0 < report["theory"]["alpha"] < 1.0
     assert report["costs"]["draft_rss_bytes"] > 0 and report["costs"]["replica_rss_bytes"] > 0
     assert report["limit"]["measured_speedup"] > 0
-    assert "Closeness to the limit" in (out / "report.md").read_text()
+    peers = report["peers"]
+    assert set(peers["arms"]) == {"target_only", "prompt_lookup", "assisted"}
+    assert all(arm["identical_to_target_only"] == 2 and arm["ms_per_token"] > 0 for arm in peers["arms"].values())
+    assert peers["edgespec_over_prompt_lookup"] > 0
+    text = (out / "report.md").read_text()
+    assert "Closeness to the limit" in text and "prompt-lookup decoding" in text
 
 
 def test_bench_capacity(server, prompt_file, tmp_path):
@@ -59,11 +65,19 @@ def test_bench_capacity(server, prompt_file, tmp_path):
 
 def test_bench_links(server, prompt_file, tmp_path):
     out = tmp_path / "links"
-    assert bench_cli.run(bench_args(server, prompt_file, out, "links", sessions="2", profiles="loopback,wifi")) == 0
+    args = bench_args(server, prompt_file, out, "links", sessions="2", profiles="loopback,wifi", other_ingresses="")
+    assert bench_cli.run(args) == 0
     data = json.loads((out / "links.json").read_text())
     assert [row["profile"] for row in data["profiles"]] == ["loopback", "wifi"]
     for row in data["profiles"]:
         assert set(row["sim"]["errors"]) == {"spec_1", "cloud_1", "spec_n", "cloud_n"}
-        assert row["sampling_winner"] in ("exact", "token")
+        assert row["speedup_auto"] > 0 and row["capacity_ratio"] > 0
+        assert sum(row["tokens_by_path"].values()) == 2 * 12  # every generated token came by one path
+        assert set(row["variants"]) == {"k4_one_in_flight", "adaptive_one_in_flight", "adaptive_send_ahead", "adaptive_tree"}
+        parts = row["breakdown"]
+        assert parts["sum_ms"] == sum(parts[k] for k in ("link_ms", "ingress_ms", "verify_ms", "draft_ms", "client_ms"))
+    wifi = data["profiles"][1]["breakdown"]
+    assert wifi["link_ms"] > 10  # the emulator's own delays show up as the link's share of a round
     assert json.loads((out / "calibration.json").read_text())["draft_ms_per_token"] > 0
-    assert "Simulator vs emulator" in (out / "links.md").read_text()
+    text = (out / "links.md").read_text()
+    assert "Simulator vs emulator" in text and "Where a round's time goes" in text

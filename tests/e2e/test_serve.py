@@ -42,8 +42,11 @@ def test_greedy_equals_target_generate(server, references, k):
             assert stats.rounds == len(result.rounds)
             assert stats.drafted == sum(r.k for r in result.rounds)
             assert stats.accepted == sum(r.accepted for r in result.rounds)
-            assert sum(r.accepted + 1 for r in result.rounds) == NEW_TOKENS  # each verdict commits n + 1
-            assert stats.rounds < NEW_TOKENS or k == 1  # the draft saves target calls
+            # each verdict commits n + 1; k="auto" may hand some of the tokens to cloud-only streaming
+            assert sum(r.accepted + 1 for r in result.rounds) + stats.cloud_only_tokens == NEW_TOKENS
+            assert sum(count for _, count in result.segments) == NEW_TOKENS
+            if k != "auto":
+                assert stats.cloud_only_tokens == 0 and stats.rounds < NEW_TOKENS or k == 1  # the draft saves target calls
             if k != "auto":
                 assert set(stats.k_history) <= set(range(1, int(k) + 1))
 
@@ -199,24 +202,6 @@ def test_prometheus_metrics_count_the_work(server):
     assert wanted <= set(found), sorted(found)
     assert found["edgespec_drafted_tokens_total"] >= result.stats.drafted
     assert found["edgespec_accepted_tokens_total"] <= found["edgespec_drafted_tokens_total"]
-
-
-@pytest.mark.parametrize("mode", ["greedy", "exact"])
-def test_draft_ahead_keeps_the_output(server, references, mode):
-    """Drafting ahead changes when tokens are drafted, never which tokens are emitted."""
-    if mode == "greedy":
-        for prompt_ids, expected in list(references.items())[:6]:
-            with EdgeClient(server.address, server.pair.draft_dir) as client:
-                result = client.generate(list(prompt_ids), max_new_tokens=NEW_TOKENS, k=2, draft_ahead=True, stop_token_ids=())
-            assert result.token_ids == expected
-            assert result.stats.ahead_hits <= result.stats.rounds
-        return
-    params = dict(max_new_tokens=30, temperature=0.9, mode="exact", k=3, seed=5, stop_token_ids=())
-    with EdgeClient(server.address, server.pair.draft_dir) as client:
-        plain = client.generate(PROMPTS[0], **params)
-        ahead = client.generate(PROMPTS[0], **params, draft_ahead=True)
-    # Drafts reused from ahead come from the same per-round generator as fresh ones would.
-    assert ahead.token_ids == plain.token_ids
 
 
 def test_past_the_drafts_context_the_cloud_finishes(server, target_model, tmp_path):

@@ -24,45 +24,45 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64gespec/v1/speculative.proto\x12\x0b\x65\x64gespec.v1\"Q\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x0c\n\x04seed\x18\x04 \x01(\x04\"6\n\x12SparseDistribution\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x02\"\xe7\x01\n\x04Open\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12-\n\x08sampling\x18\x02 \x01(\x0b\x32\x1b.edgespec.v1.SamplingParams\x12%\n\x04mode\x18\x03 \x01(\x0e\x32\x17.edgespec.v1.VerifyMode\x12\x1d\n\x15tokenizer_fingerprint\x18\x04 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\x05\x12\x13\n\x0b\x66irst_round\x18\x07 \x01(\r\x12\x11\n\tclient_id\x18\x08 \x01(\t\"U\n\x05\x44raft\x12\r\n\x05round\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12*\n\x01q\x18\x03 \x03(\x0b\x32\x1f.edgespec.v1.SparseDistribution\"\x07\n\x05\x43lose\"\x85\x01\n\x0eSessionRequest\x12!\n\x04open\x18\x01 \x01(\x0b\x32\x11.edgespec.v1.OpenH\x00\x12#\n\x05\x64raft\x18\x02 \x01(\x0b\x32\x12.edgespec.v1.DraftH\x00\x12#\n\x05\x63lose\x18\x03 \x01(\x0b\x32\x12.edgespec.v1.CloseH\x00\x42\x06\n\x04kind\"j\n\x06Opened\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05max_k\x18\x02 \x01(\x05\x12\x13\n\x0bmax_context\x18\x03 \x01(\x05\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\x05\x12\x10\n\x08model_id\x18\x05 \x01(\t\"\xa9\x01\n\x07Verdict\x12\r\n\x05round\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x05\x12\x12\n\nnext_token\x18\x03 \x01(\x05\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x30\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x19.edgespec.v1.FinishReason\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\x12\x11\n\tverify_ms\x18\x07 \x01(\x02\"2\n\x06\x43losed\x12\x0e\n\x06rounds\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\"\x90\x01\n\x0fSessionResponse\x12%\n\x06opened\x18\x01 \x01(\x0b\x32\x13.edgespec.v1.OpenedH\x00\x12\'\n\x07verdict\x18\x02 \x01(\x0b\x32\x14.edgespec.v1.VerdictH\x00\x12%\n\x06\x63losed\x18\x03 \x01(\x0b\x32\x13.edgespec.v1.ClosedH\x00\x42\x06\n\x04kind\"\xa3\x01\n\x0fGenerateRequest\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12-\n\x08sampling\x18\x02 \x01(\x0b\x32\x1b.edgespec.v1.SamplingParams\x12\x1d\n\x15tokenizer_fingerprint\x18\x03 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\x05\"i\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.edgespec.v1.FinishReason\"\r\n\x0bInfoRequest\"\xaf\x02\n\x0cInfoResponse\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\x05\x12\x13\n\x0bmax_context\x18\x04 \x01(\x05\x12\r\n\x05max_k\x18\x05 \x01(\x05\x12&\n\x05modes\x18\x06 \x03(\x0e\x32\x17.edgespec.v1.VerifyMode\x12\x16\n\x0emax_new_tokens\x18\x07 \x01(\x05\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x15\n\rtarget_params\x18\t \x01(\x03\x12\x1a\n\x12kv_bytes_per_token\x18\n \x01(\x03\x12\x19\n\x11replica_rss_bytes\x18\x0b \x01(\x03\x12\x17\n\x0f\x61\x63tive_sessions\x18\x0c \x01(\x05*o\n\nVerifyMode\x12\x1b\n\x17VERIFY_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12VERIFY_MODE_GREEDY\x10\x01\x12\x15\n\x11VERIFY_MODE_EXACT\x10\x02\x12\x15\n\x11VERIFY_MODE_TOKEN\x10\x03*\x80\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x46INISH_REASON_STOP_TOKEN\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x19\n\x15\x46INISH_REASON_CONTEXT\x10\x03\x32\xdf\x01\n\x0bSpeculative\x12H\n\x07Session\x12\x1b.edgespec.v1.SessionRequest\x1a\x1c.edgespec.v1.SessionResponse(\x01\x30\x01\x12I\n\x08Generate\x12\x1c.edgespec.v1.GenerateRequest\x1a\x1d.edgespec.v1.GenerateResponse0\x01\x12;\n\x04Info\x12\x18.edgespec.v1.InfoRequest\x1a\x19.edgespec.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64gespec/v1/speculative.proto\x12\x0b\x65\x64gespec.v1\"Q\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x0c\n\x04seed\x18\x04 \x01(\x04\"6\n\x12SparseDistribution\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x02\"\xe7\x01\n\x04Open\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12-\n\x08sampling\x18\x02 \x01(\x0b\x32\x1b.edgespec.v1.SamplingParams\x12%\n\x04mode\x18\x03 \x01(\x0e\x32\x17.edgespec.v1.VerifyMode\x12\x1d\n\x15tokenizer_fingerprint\x18\x04 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\x05\x12\x13\n\x0b\x66irst_round\x18\x07 \x01(\r\x12\x11\n\tclient_id\x18\x08 \x01(\t\"\x8c\x01\n\x05\x44raft\x12\r\n\x05round\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12*\n\x01q\x18\x03 \x03(\x0b\x32\x1f.edgespec.v1.SparseDistribution\x12\r\n\x05\x61head\x18\x04 \x01(\x08\x12\x15\n\rassumed_token\x18\x05 \x01(\x05\x12\x0f\n\x07parents\x18\x06 \x03(\x05\"\x07\n\x05\x43lose\"\x85\x01\n\x0eSessionRequest\x12!\n\x04open\x18\x01 \x01(\x0b\x32\x11.edgespec.v1.OpenH\x00\x12#\n\x05\x64raft\x18\x02 \x01(\x0b\x32\x12.edgespec.v1.DraftH\x00\x12#\n\x05\x63lose\x18\x03 \x01(\x0b\x32\x12.edgespec.v1.CloseH\x00\x42\x06\n\x04kind\"j\n\x06Opened\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05max_k\x18\x02 \x01(\x05\x12\x13\n\x0bmax_context\x18\x03 \x01(\x05\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\x05\x12\x10\n\x08model_id\x18\x05 \x01(\t\"\xd3\x01\n\x07Verdict\x12\r\n\x05round\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x05\x12\x12\n\nnext_token\x18\x03 \x01(\x05\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x30\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x19.edgespec.v1.FinishReason\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\x12\x11\n\tverify_ms\x18\x07 \x01(\x02\x12\x11\n\tdiscarded\x18\x08 \x01(\x08\x12\x15\n\raccepted_path\x18\t \x03(\x05\"2\n\x06\x43losed\x12\x0e\n\x06rounds\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\"\x90\x01\n\x0fSessionResponse\x12%\n\x06opened\x18\x01 \x01(\x0b\x32\x13.edgespec.v1.OpenedH\x00\x12\'\n\x07verdict\x18\x02 \x01(\x0b\x32\x14.edgespec.v1.VerdictH\x00\x12%\n\x06\x63losed\x18\x03 \x01(\x0b\x32\x13.edgespec.v1.ClosedH\x00\x42\x06\n\x04kind\"\xb8\x01\n\x0fGenerateRequest\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12-\n\x08sampling\x18\x02 \x01(\x0b\x32\x1b.edgespec.v1.SamplingParams\x12\x1d\n\x15tokenizer_fingerprint\x18\x03 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\x05\x12\x13\n\x0b\x66irst_round\x18\x06 \x01(\r\"i\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.edgespec.v1.FinishReason\"\r\n\x0bInfoRequest\"\xf0\x02\n\x0cInfoResponse\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x1d\n\x15tokenizer_fingerprint\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\x05\x12\x13\n\x0bmax_context\x18\x04 \x01(\x05\x12\r\n\x05max_k\x18\x05 \x01(\x05\x12&\n\x05modes\x18\x06 \x03(\x0e\x32\x17.edgespec.v1.VerifyMode\x12\x16\n\x0emax_new_tokens\x18\x07 \x01(\x05\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x15\n\rtarget_params\x18\t \x01(\x03\x12\x1a\n\x12kv_bytes_per_token\x18\n \x01(\x03\x12\x19\n\x11replica_rss_bytes\x18\x0b \x01(\x03\x12\x17\n\x0f\x61\x63tive_sessions\x18\x0c \x01(\x05\x12\x12\n\nforward_ms\x18\r \x01(\x02\x12\x12\n\nsend_ahead\x18\x0e \x01(\x08\x12\x17\n\x0fmax_tree_tokens\x18\x0f \x01(\x05*o\n\nVerifyMode\x12\x1b\n\x17VERIFY_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12VERIFY_MODE_GREEDY\x10\x01\x12\x15\n\x11VERIFY_MODE_EXACT\x10\x02\x12\x15\n\x11VERIFY_MODE_TOKEN\x10\x03*\x80\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x46INISH_REASON_STOP_TOKEN\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x19\n\x15\x46INISH_REASON_CONTEXT\x10\x03\x32\xdf\x01\n\x0bSpeculative\x12H\n\x07Session\x12\x1b.edgespec.v1.SessionRequest\x1a\x1c.edgespec.v1.SessionResponse(\x01\x30\x01\x12I\n\x08Generate\x12\x1c.edgespec.v1.GenerateRequest\x1a\x1d.edgespec.v1.GenerateResponse0\x01\x12;\n\x04Info\x12\x18.edgespec.v1.InfoRequest\x1a\x19.edgespec.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'edgespec.v1.speculative_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERIFYMODE']._serialized_start=1724
-  _globals['_VERIFYMODE']._serialized_end=1835
-  _globals['_FINISHREASON']._serialized_start=1838
-  _globals['_FINISHREASON']._serialized_end=1966
+  _globals['_VERIFYMODE']._serialized_start=1908
+  _globals['_VERIFYMODE']._serialized_end=2019
+  _globals['_FINISHREASON']._serialized_start=2022
+  _globals['_FINISHREASON']._serialized_end=2150
   _globals['_SAMPLINGPARAMS']._serialized_start=46
   _globals['_SAMPLINGPARAMS']._serialized_end=127
   _globals['_SPARSEDISTRIBUTION']._serialized_start=129
   _globals['_SPARSEDISTRIBUTION']._serialized_end=183
   _globals['_OPEN']._serialized_start=186
   _globals['_OPEN']._serialized_end=417
-  _globals['_DRAFT']._serialized_start=419
-  _globals['_DRAFT']._serialized_end=504
-  _globals['_CLOSE']._serialized_start=506
-  _globals['_CLOSE']._serialized_end=513
-  _globals['_SESSIONREQUEST']._serialized_start=516
-  _globals['_SESSIONREQUEST']._serialized_end=649
-  _globals['_OPENED']._serialized_start=651
-  _globals['_OPENED']._serialized_end=757
-  _globals['_VERDICT']._serialized_start=760
-  _globals['_VERDICT']._serialized_end=929
-  _globals['_CLOSED']._serialized_start=931
-  _globals['_CLOSED']._serialized_end=981
-  _globals['_SESSIONRESPONSE']._serialized_start=984
-  _globals['_SESSIONRESPONSE']._serialized_end=1128
-  _globals['_GENERATEREQUEST']._serialized_start=1131
-  _globals['_GENERATEREQUEST']._serialized_end=1294
-  _globals['_GENERATERESPONSE']._serialized_start=1296
-  _globals['_GENERATERESPONSE']._serialized_end=1401
-  _globals['_INFOREQUEST']._serialized_start=1403
-  _globals['_INFOREQUEST']._serialized_end=1416
-  _globals['_INFORESPONSE']._serialized_start=1419
-  _globals['_INFORESPONSE']._serialized_end=1722
-  _globals['_SPECULATIVE']._serialized_start=1969
-  _globals['_SPECULATIVE']._serialized_end=2192
+  _globals['_DRAFT']._serialized_start=420
+  _globals['_DRAFT']._serialized_end=560
+  _globals['_CLOSE']._serialized_start=562
+  _globals['_CLOSE']._serialized_end=569
+  _globals['_SESSIONREQUEST']._serialized_start=572
+  _globals['_SESSIONREQUEST']._serialized_end=705
+  _globals['_OPENED']._serialized_start=707
+  _globals['_OPENED']._serialized_end=813
+  _globals['_VERDICT']._serialized_start=816
+  _globals['_VERDICT']._serialized_end=1027
+  _globals['_CLOSED']._serialized_start=1029
+  _globals['_CLOSED']._serialized_end=1079
+  _globals['_SESSIONRESPONSE']._serialized_start=1082
+  _globals['_SESSIONRESPONSE']._serialized_end=1226
+  _globals['_GENERATEREQUEST']._serialized_start=1229
+  _globals['_GENERATEREQUEST']._serialized_end=1413
+  _globals['_GENERATERESPONSE']._serialized_start=1415
+  _globals['_GENERATERESPONSE']._serialized_end=1520
+  _globals['_INFOREQUEST']._serialized_start=1522
+  _globals['_INFOREQUEST']._serialized_end=1535
+  _globals['_INFORESPONSE']._serialized_start=1538
+  _globals['_INFORESPONSE']._serialized_end=1906
+  _globals['_SPECULATIVE']._serialized_start=2153
+  _globals['_SPECULATIVE']._serialized_end=2376
 # @@protoc_insertion_point(module_scope)

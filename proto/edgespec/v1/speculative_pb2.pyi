@@ -70,14 +70,20 @@ class Open(_message.Message):
     def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., mode: _Optional[_Union[VerifyMode, str]] = ..., tokenizer_fingerprint: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., first_round: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class Draft(_message.Message):
-    __slots__ = ("round", "token_ids", "q")
+    __slots__ = ("round", "token_ids", "q", "ahead", "assumed_token", "parents")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     Q_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_FIELD_NUMBER: _ClassVar[int]
+    ASSUMED_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
     round: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     q: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
-    def __init__(self, round: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., q: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ...) -> None: ...
+    ahead: bool
+    assumed_token: int
+    parents: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., q: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., ahead: _Optional[bool] = ..., assumed_token: _Optional[int] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Close(_message.Message):
     __slots__ = ()
@@ -108,7 +114,7 @@ class Opened(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., max_k: _Optional[int] = ..., max_context: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., model_id: _Optional[str] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("round", "accepted", "next_token", "finished", "finish_reason", "batch_size", "verify_ms")
+    __slots__ = ("round", "accepted", "next_token", "finished", "finish_reason", "batch_size", "verify_ms", "discarded", "accepted_path")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +122,8 @@ class Verdict(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     VERIFY_MS_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_PATH_FIELD_NUMBER: _ClassVar[int]
     round: int
     accepted: int
     next_token: int
@@ -123,7 +131,9 @@ class Verdict(_message.Message):
     finish_reason: FinishReason
     batch_size: int
     verify_ms: float
-    def __init__(self, round: _Optional[int] = ..., accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., batch_size: _Optional[int] = ..., verify_ms: _Optional[float] = ...) -> None: ...
+    discarded: bool
+    accepted_path: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round: _Optional[int] = ..., accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., batch_size: _Optional[int] = ..., verify_ms: _Optional[float] = ..., discarded: _Optional[bool] = ..., accepted_path: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Closed(_message.Message):
     __slots__ = ("rounds", "generated_tokens")
@@ -144,18 +154,20 @@ class SessionResponse(_message.Message):
     def __init__(self, opened: _Optional[_Union[Opened, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., closed: _Optional[_Union[Closed, _Mapping]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("prompt_ids", "sampling", "tokenizer_fingerprint", "max_new_tokens", "stop_token_ids")
+    __slots__ = ("prompt_ids", "sampling", "tokenizer_fingerprint", "max_new_tokens", "stop_token_ids", "first_round")
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ROUND_FIELD_NUMBER: _ClassVar[int]
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: SamplingParams
     tokenizer_fingerprint: str
     max_new_tokens: int
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokenizer_fingerprint: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    first_round: int
+    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokenizer_fingerprint: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., first_round: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("token_ids", "finished", "finish_reason")
@@ -172,7 +184,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions")
+    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +197,9 @@ class InfoResponse(_message.Message):
     KV_BYTES_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REPLICA_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_MS_FIELD_NUMBER: _ClassVar[int]
+    SEND_AHEAD_FIELD_NUMBER: _ClassVar[int]
+    MAX_TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     tokenizer_fingerprint: str
     vocab_size: int
@@ -197,4 +212,7 @@ class InfoResponse(_message.Message):
     kv_bytes_per_token: int
     replica_rss_bytes: int
     active_sessions: int
-    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ...) -> None: ...
+    forward_ms: float
+    send_ahead: bool
+    max_tree_tokens: int
+    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ...) -> None: ...

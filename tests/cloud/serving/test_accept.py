@@ -16,6 +16,7 @@ from edgespec.cloud.serving.accept import (
     round_generator,
     target_probs,
     verify_greedy,
+    verify_greedy_tree,
     verify_sampling,
 )
 from edgespec.edge.params import Mode, SamplingParams
@@ -297,7 +298,7 @@ def test_accept_rows_keeps_the_callers_order_across_modes():
     ]
     logits = [greedy_logits, torch.randn(2, vocab), greedy_logits, torch.randn(2, vocab)]
     results = accept_rows(rows, logits)
-    assert results[0] == (2, 3) and results[2] == (3, 4)  # greedy rows, in their places
+    assert results[0][:2] == (2, 3) and results[2][:2] == (3, 4)  # greedy rows, in their places
     for i in (1, 3):  # a sampling row alone gives the verdict it gets in the mixed batch
         assert accept_rows([rows[i]], [logits[i]]) == [results[i]]
 
@@ -312,7 +313,7 @@ def test_accept_rows_matches_the_rule_on_one_row():
         q[0, i, ids] = torch.tensor(probs, dtype=torch.float64)
     p = target_probs(logits, row.sampling)[None]
     expected = verify_sampling(torch.tensor([[2, 5, 1]]), q, p, torch.tensor([3]), [round_generator(9, 4)])
-    assert accept_rows([row], [logits]) == [(expected[0].item(), expected[1].item())]
+    assert accept_rows([row], [logits]) == [(expected[0].item(), expected[1].item(), None)]
 
 
 def test_accept_rows_pads_rows_of_different_k():
@@ -321,4 +322,61 @@ def test_accept_rows_pads_rows_of_different_k():
     results = accept_rows(
         [make_row(1, Mode.GREEDY, [1, 2, 3, 4]), make_row(2, Mode.GREEDY, [6])], [logits_long, logits_short]
     )
-    assert results == [(4, 5), (1, 7)]
+    assert [r[:2] for r in results] == [(4, 5), (1, 7)]
+
+
+# ---- trees --------------------------------------------------------------------------------
+
+
+def test_tree_follows_the_branch_the_target_agrees_with():
+    #          pending
+    #         /       \
+    #   0: 5 (x)     1: 6 (ok)
+    #                /      \
+    #          2: 7 (x)    3: 8 (ok)
+    tokens, parents = [5, 6, 7, 8], [-1, -1, 1, 1]
+    # argmax after: pending, node0, node1, node2, node3
+    argmax = [6, 0, 8, 0, 9]
+    assert verify_greedy_tree(tokens, parents, argmax) == ([1, 3], 9)
+    assert verify_greedy_tree(tokens, parents, [4, 0, 0, 0, 0]) == ([], 4)  # nothing matches: the correction
+
+
+def test_tree_verdict_equals_its_best_branch_verified_as_a_chain():
+    torch.manual_seed(5)
+    for _ in range(200):
+        vocab = 4
+        parents, tokens = [], []
+        for _ in range(6):
+            i = len(tokens)
+            parent = int(torch.randint(-1, i, ()).item()) if i else -1
+            taken = {t for t, p in zip(tokens, parents) if p == parent}
+            free = [t for t in range(vocab) if t not in taken]
+            if not free:
+                continue
+            parents.append(parent)
+            tokens.append(free[int(torch.randint(0, len(free), ()).item())])
+        argmax = torch.randint(0, vocab, (len(tokens) + 1,)).tolist()
+        path, token = verify_greedy_tree(tokens, parents, argmax)
+        # every root-to-leaf branch, as a chain through verify_greedy on per-branch logits
+        best = ([], argmax[0])
+        for leaf in range(len(tokens)):
+            branch, at = [], leaf
+            while at >= 0:
+                branch.insert(0, at)
+                at = parents[at]
+            logits = torch.full((len(branch) + 1, vocab), -5.0)
+            for j, at in enumerate([-1] + branch):
+                logits[j, argmax[at + 1]] = 5.0
+            n, nxt = verify_greedy(torch.tensor([[tokens[i] for i in branch]]), logits[None], torch.tensor([len(branch)]))
+            if n.item() > len(best[0]):
+                best = (branch[: n.item()], nxt.item())
+        assert (path, token) == best, (tokens, parents, argmax)
+
+
+def test_accept_rows_gives_a_tree_row_its_path():
+    logits = one_hot_logits([6, 0, 8, 0, 9], 10)  # rows: pending, then each node
+    row = Row(key=1, cache_len=0, tokens=[0, 5, 6, 7, 8], mode=Mode.GREEDY, sampling=SamplingParams(),
+              round_no=0, parents=[-1, -1, 1, 1])
+    assert row.tree == [-1, 0, 0, 2, 2]
+    (outcome,) = accept_rows([row], [logits])
+    assert (outcome.accepted, outcome.next_token, outcome.path) == (2, 9, [1, 3])

@@ -82,3 +82,75 @@ def test_exact_q_is_renormalised_within_tolerance():
     block = check_draft(state, 0, [4], [([4, 5], [0.5, 0.5002])])
     (ids, probs), = block.q
     assert ids == [4, 5] and abs(sum(probs) - 1.0) < 1e-12 and probs[0] > 0
+
+
+# ---- blocks sent ahead ---------------------------------------------------------------------
+
+
+def test_an_ahead_block_is_verified_only_when_its_assumption_held():
+    state = new_session(prompt=(1, 2, 3), max_new_tokens=30)
+    settle(state, [5, 6], 2, 7)  # round 0 accepted both drafts, bonus 7
+    state.last_full = True  # (the verifier sets it from the raw verdict)
+    block = check_draft(state, 1, [8, 9], [], ahead=True, assumed_token=7)
+    assert block is not None and block.ahead and block.tokens == [8, 9]
+    assert check_draft(state, 1, [8, 9], [], ahead=True, assumed_token=6) is None  # wrong bonus guess
+    assert check_draft(state, 2, [8, 9], [], ahead=True, assumed_token=7) is None  # not the next round
+    state.last_full = False
+    assert check_draft(state, 1, [8, 9], [], ahead=True, assumed_token=7) is None  # previous round rejected a draft
+
+
+def test_a_stale_ahead_block_after_the_end_is_discarded_not_refused():
+    state = new_session(max_new_tokens=1)
+    settle(state, [5], 0, 6)
+    assert state.finished
+    assert check_draft(state, 1, [8], [], ahead=True, assumed_token=6) is None
+
+
+def test_an_ahead_block_is_still_validated():
+    state = new_session()
+    with pytest.raises(ServerError) as caught:
+        check_draft(state, 0, [1000], [], ahead=True, assumed_token=3)
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(ServerError):
+        check_draft(state, 0, list(range(9)), [], ahead=True, assumed_token=3)  # k > max_k
+
+
+# ---- tree drafts ---------------------------------------------------------------------------
+
+TREE_LIMITS = Limits(vocab_size=100, max_context=50, max_k=4, max_new_tokens=40, default_max_new_tokens=20,
+                     tokenizer_fingerprint="fp", max_tree_tokens=6)
+
+
+def tree_session(mode=Mode.GREEDY, limits=TREE_LIMITS):
+    request = OpenRequest(prompt_ids=[1, 2, 3], sampling=SamplingParams(temperature=0.0 if mode is Mode.GREEDY else 1.0),
+                          mode=mode, mode_number=1, tokenizer_fingerprint="fp", max_new_tokens=0, stop_token_ids=[])
+    return open_session(request, limits)
+
+
+def test_a_valid_tree_is_accepted():
+    block = check_draft(tree_session(), 0, [5, 6, 7, 8], [], parents=[-1, 0, 1, -1])
+    assert block.parents == [-1, 0, 1, -1] and block.tokens == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("tokens, parents, message", [
+    ([5, 6], [-1], "one parent index per token"),
+    ([5, 6], [-1, 1], "a parent is -1"),
+    ([5, 6], [-1, -2], "a parent is -1"),
+    ([5, 5], [-1, -1], "siblings must differ"),
+    ([1, 2, 3, 4, 5, 6, 7], [-1, 0, 1, 2, 3, 4, 5], "max_tree_tokens"),
+    ([1, 2, 3, 4, 5], [-1, 0, 1, 2, 3], "deep"),
+    ([1000], [-1], "vocabulary"),
+])
+def test_bad_trees_are_refused_naming_the_problem(tokens, parents, message):
+    with pytest.raises(ServerError, match=message) as caught:
+        check_draft(tree_session(), 0, tokens, [], parents=parents)
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_trees_are_greedy_chains_when_sent_ahead_and_off_when_the_server_says_so():
+    with pytest.raises(ServerError, match="greedy mode only"):
+        check_draft(tree_session(Mode.TOKEN), 0, [5], [], parents=[-1])
+    with pytest.raises(ServerError, match="must be a chain"):
+        check_draft(tree_session(), 0, [5], [], ahead=True, assumed_token=3, parents=[-1])
+    with pytest.raises(ServerError, match="chains only"):
+        check_draft(new_session(), 0, [5], [], parents=[-1])  # LIMITS.max_tree_tokens == 0

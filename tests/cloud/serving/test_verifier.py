@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgespec.cloud.serving.accept import Outcome
 from edgespec.cloud.serving.backend import BackendInfo
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.session import DraftBlock, OpenRequest
@@ -30,7 +31,7 @@ class ScriptedBackend:
 
     def verify(self, rows):
         self.batches.append(rows)
-        return self.results.pop(0)
+        return [Outcome(*result) for result in self.results.pop(0)]
 
     def shutdown(self):
         pass
@@ -100,3 +101,31 @@ def test_finish_frees_the_cache_once(config):
     verifier.finish(state)
     verifier.finish(state)
     assert backend.closed == [key] and state.kv is None
+
+
+def test_a_tree_commits_its_accepted_path(config):
+    backend = ScriptedBackend([[(2, 77, [1, 3])]])
+    backend.info = BackendInfo(vocab_size=100, max_context=64, tokenizer_fingerprint="fp", params=1, kv_bytes_per_token=8,
+                               description={}, can_verify_trees=True)
+    verifier = Verifier(config, backend)
+    assert verifier.limits.max_tree_tokens == config.max_tree_tokens
+    state = verifier.start(request([1, 2]))
+    (verdict,) = verifier.step([VerifyItem(state, DraftBlock(0, [10, 11, 12, 13], parents=[-1, -1, 1, 1]))])
+    assert backend.batches[0][0].parents == [-1, -1, 1, 1]
+    assert (verdict.accepted, verdict.next_token, verdict.accepted_path) == (2, 77, [1, 3])
+    assert state.committed == [1, 2, 11, 13, 77] and not state.last_full  # nothing goes ahead of a tree
+
+
+def test_a_fully_accepted_chain_lets_the_next_block_go_ahead(config):
+    backend = ScriptedBackend([[(3, 50)], [(1, 60)]])
+    verifier = Verifier(config, backend)
+    state = verifier.start(request([1, 2]))
+    verifier.step([VerifyItem(state, DraftBlock(0, [10, 11, 12]))])
+    assert state.last_full
+    verifier.step([VerifyItem(state, DraftBlock(1, [13, 14]))])
+    assert not state.last_full
+
+
+def test_trees_are_off_where_the_model_cannot_verify_them(config):
+    verifier = Verifier(config, ScriptedBackend([]))  # can_verify_trees defaults to False
+    assert verifier.limits.max_tree_tokens == 0

@@ -1,0 +1,106 @@
+"""Sampling with blocks sent ahead follows the target's distribution: the empirical distribution
+of each of the first generated tokens equals the exact one, enumerated over a 5-token
+vocabulary, through the real Serve path (exact and token-only verification)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from helpers import start_server, stop_server
+from scipy.stats import chisquare
+
+from edgespec.edge.aclient import AsyncEdgeClient
+from edgespec.edge.params import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+PROMPT = [1, 2, 3]
+POSITIONS = 5  # the first tokens compared (rounds of 2 drafts: later ones come from blocks sent ahead)
+SAMPLES = 1200
+TEMPERATURE = 1.0
+
+
+@pytest.fixture(scope="module")
+def vocab_pair(tmp_path_factory):
+    """The target, its one-layer draft, and the target itself as a draft (ONNX): with q = p every
+    draft passes, so many blocks sent ahead are verified."""
+    from edgespec.cloud.training.export import export_draft
+    from edgespec.cloud.training.tiny import build_tiny_vocab_pair
+
+    root = tmp_path_factory.mktemp("vocab5")
+    pair = build_tiny_vocab_pair(root)
+    drafts = {
+        "own": export_draft(pair.draft_dir, root / "draft", log=lambda _: None).out_dir,
+        "self": export_draft(pair.target_dir, root / "self-draft", log=lambda _: None).out_dir,
+    }
+    return pair.target_dir, drafts
+
+
+@pytest.fixture(scope="module")
+def address(vocab_pair):
+    from helpers import ModelPair
+
+    target, drafts = vocab_pair
+    server = start_server(ModelPair(target, target, drafts["own"]), max_sessions=40, max_batch_size=32, max_context=64)
+    yield server.address
+    stop_server()
+
+
+def exact_marginals(target_dir) -> list[torch.Tensor]:
+    """P(token at position j), j = 1..POSITIONS, by enumerating every prefix under the target's p."""
+    from transformers import AutoModelForCausalLM
+
+    from edgespec.cloud.serving.accept import target_probs
+
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir)).eval()
+    params = SamplingParams(temperature=TEMPERATURE)
+    marginals, prefixes, weights = [], [()], torch.ones(1)
+    with torch.no_grad():
+        for _ in range(POSITIONS):
+            ids = torch.tensor([PROMPT + list(p) for p in prefixes])
+            p = target_probs(model(input_ids=ids).logits[:, -1], params).double()  # [prefixes, V]
+            joint = weights[:, None] * p
+            marginals.append(joint.sum(0))
+            prefixes = [prefix + (t,) for prefix in prefixes for t in range(p.shape[1])]
+            weights = joint.reshape(-1)
+    return marginals
+
+
+def sample_many(address, draft, mode: str) -> list[list[int]]:
+    async def run():
+        async with AsyncEdgeClient(address, draft, timeout=60) as client:
+            semaphore = asyncio.Semaphore(16)
+
+            async def one(seed):
+                async with semaphore:
+                    result = await client.generate(PROMPT, max_new_tokens=POSITIONS + 3, temperature=TEMPERATURE, mode=mode,
+                                                   k=2, send_ahead=3, seed=seed, stop_token_ids=())
+                    return result.token_ids, result.stats.ahead_hits
+
+            return await asyncio.gather(*(one(seed) for seed in range(SAMPLES)))
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode, draft", [("exact", "self"), ("exact", "own"), ("token", "own")])
+def test_send_ahead_sampling_follows_the_target_distribution(address, vocab_pair, mode, draft):
+    target, drafts = vocab_pair
+    marginals = exact_marginals(target)
+    outcomes = sample_many(address, drafts[draft], mode)
+    assert sum(hits for _, hits in outcomes) > SAMPLES // 20, "blocks sent ahead were rarely verified"
+    for position, expected in enumerate(marginals):
+        counts = torch.zeros(len(expected))
+        for tokens, _ in outcomes:
+            counts[tokens[position]] += 1
+        result = chisquare(counts.numpy(), (expected / expected.sum() * SAMPLES).numpy())
+        assert result.pvalue > 1e-4, f"{mode} position {position + 1}: {counts.tolist()} vs {(expected * SAMPLES).tolist()}"
+
+
+def test_the_fit_test_can_fail():
+    """The same check rejects a distribution that is off by a little (here: q, not p)."""
+    expected = torch.tensor([0.15, 0.06, 0.13, 0.55, 0.11], dtype=torch.float64)
+    wrong = torch.tensor([0.10, 0.07, 0.16, 0.52, 0.15], dtype=torch.float64)
+    counts = (wrong * SAMPLES).round()
+    assert chisquare(counts.numpy(), (expected / expected.sum() * counts.sum()).numpy()).pvalue < 1e-4

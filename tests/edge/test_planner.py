@@ -1,0 +1,103 @@
+"""The path planner: speculation or cloud-only from measured figures, and send-ahead depth."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec.edge.planner import Path, Planner
+
+
+def speculating(planner: Planner, *, rtt: float, forward: float, tokens: int, rounds: int = 8, device: float = 2.0):
+    for _ in range(rounds):
+        planner.record_round(wall_ms=rtt + forward + device, wait_ms=rtt + forward, forward_ms=forward, tokens=tokens)
+
+
+def test_nothing_measured_means_speculate_and_learn():
+    assert Planner().first_path(128) is Path.SPECULATIVE
+    assert Planner("cloud_only").first_path(128) is Path.CLOUD_ONLY
+    assert Planner("speculative").first_path(128) is Path.SPECULATIVE
+
+
+def test_a_satellite_round_trip_starts_cloud_only_a_lan_one_speculates():
+    far, near = Planner(), Planner()
+    for planner, rtt in ((far, 640.0), (near, 1.0)):
+        planner.record_rtt(rtt)
+        planner.record_forward(15.0)
+    assert far.first_path(128) is Path.CLOUD_ONLY
+    assert near.first_path(128) is Path.SPECULATIVE
+
+
+def test_speculation_is_left_when_it_measures_slower_than_cloud_only():
+    planner = Planner()
+    planner.begin(Path.SPECULATIVE)
+    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=2)
+    assert not planner.should_switch(Path.SPECULATIVE, 100)  # too few rounds in this segment
+    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=4)
+    assert planner.should_switch(Path.SPECULATIVE, 100)
+    assert not planner.should_switch(Path.SPECULATIVE, 3)  # nothing left to gain
+
+
+def test_cloud_only_is_left_when_the_link_gets_fast_again():
+    planner = Planner()
+    speculating(planner, rtt=5.0, forward=15.0, tokens=5)
+    speculating(planner, rtt=300.0, forward=15.0, tokens=5)  # the link got slow
+    planner.begin(Path.CLOUD_ONLY)
+    planner.record_cloud_rate(16.0 * 20, 20)  # the stream: 16 ms a token
+    assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # no round-trip probe in this segment yet
+    planner.record_rtt(300.0)
+    assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # slow link: stay
+    for _ in range(4):
+        planner.record_rtt(4.0)
+    assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # one good probe in a window of slow ones is no trend
+    for _ in range(4):
+        planner.record_rtt(4.0)
+    assert planner.should_switch(Path.CLOUD_ONLY, 200)  # (4 + 15 + 2) / 5 = 4.2 ms/token beats 16
+
+
+def test_fixed_modes_never_switch():
+    planner = Planner("speculative")
+    speculating(planner, rtt=500.0, forward=15.0, tokens=2)
+    assert not planner.should_switch(Path.SPECULATIVE, 1000)
+
+
+def test_depth_covers_the_round_trip_and_drops_to_one_when_ahead_blocks_fail():
+    planner = Planner(max_depth=4)
+    assert planner.depth() == 2  # before any figure
+    planner.record_rtt(60.0)
+    planner.record_forward(20.0)
+    assert planner.depth() == 4
+    for _ in range(20):
+        planner.record_ahead(False)
+    assert planner.depth() == 1
+    near = Planner()
+    near.record_rtt(1.0)
+    near.record_forward(20.0)
+    assert near.depth() == 2
+
+
+def test_failed_send_ahead_is_retried_after_a_while():
+    planner = Planner()
+    planner.record_rtt(60.0)
+    planner.record_forward(20.0)
+    for _ in range(20):
+        planner.record_ahead(False)
+    assert planner.depth() == 1
+    speculating(planner, rtt=60.0, forward=20.0, tokens=3, rounds=60)
+    assert planner.depth() > 1
+
+
+def test_valid_ahead_blocks_make_speculation_cheaper_in_the_prediction():
+    lone, chained = Planner(), Planner()
+    for planner in (lone, chained):
+        planner.record_rtt(60.0)
+        planner.record_forward(15.0)
+    for _ in range(10):
+        chained.record_ahead(True)
+    assert chained.predicted_speculative() < lone.predicted_speculative()
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="mode"):
+        Planner("sometimes")
+    with pytest.raises(ValueError, match="margin"):
+        Planner(margin=1.5)
