@@ -31,9 +31,10 @@ LAYERS = [
     "edgespec.cloud.demo",
     "edgespec.cli",
 ]
-# Packages whose own __init__ holds no code that imports anything: importable from any layer.
+# Packages whose own __init__ holds no code that imports anything: importable from any layer
+# (``edgespec`` itself is a namespace: it has no code at all).
 NEUTRAL = {"edgespec", "edgespec.cloud"}
-SOURCES = {"edgespec.v1": "proto/edgespec/v1", "edgespec.edge": "edge", "edgespec.cloud": "cloud", "edgespec": "edgespec"}
+SOURCES = {"edgespec.v1": "proto/edgespec/v1", "edgespec.edge": "edge", "edgespec.cloud": "cloud", "edgespec.cli": "cli"}
 EDGE_FORBIDDEN = {"torch", "ray", "transformers", "safetensors", "onnx", "onnxscript", "scipy", "matplotlib"}
 
 

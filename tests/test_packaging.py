@@ -9,7 +9,6 @@ from pathlib import Path
 from helpers import REPO
 
 
-
 def test_every_package_is_listed_in_pyproject():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping = config["package-dir"]

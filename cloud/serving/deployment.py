@@ -23,7 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from ray import serve
 
-from edgespec import __version__
+from edgespec.edge import __version__
 from edgespec.cloud.serving import codec
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.metrics import VerifierMetrics

@@ -96,6 +96,9 @@ def test_edge_only_install_generates_without_torch_ray_transformers(edge_venv, s
     for package in FORBIDDEN:
         probe = run([str(edge_venv / "bin" / "python"), "-c", f"import {package}"], cwd=tmp_path)
         assert probe.returncode != 0, f"{package} is installed in the edge-only environment"
+    # From the source checkout's root too: no folder there shadows the installed package.
+    probe = run([str(edge_venv / "bin" / "python"), "-c", "import edgespec.edge.client, edgespec.cli"], cwd=REPO)
+    assert probe.returncode == 0, probe.stderr[-2000:]
 
 
 def test_edge_only_cli_explains_missing_cloud_extra(edge_venv, tmp_path):

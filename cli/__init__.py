@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         args = _build_parser().parse_args(argv)
         if args.version:
-            from edgespec import __version__
+            from edgespec.edge import __version__
 
             print(__version__)
             return 0
