@@ -4,6 +4,8 @@
     edgespec bench capacity --target DIR --draft DIR --prompts FILE --sessions 1,4,16,32
     edgespec bench links --target DIR --draft DIR --prompts FILE --profiles loopback,wifi,4g
     edgespec bench ingress --target DIR --draft DIR --prompts FILE --ingresses haproxy,proxy,direct
+    edgespec bench load --target DIR --draft DIR --sessions 64 --rounds 200
+    edgespec bench kill --target DIR --draft DIR --max-new-tokens 300
 
 Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
 an existing deployment is measured (its target must be the one --target names).
@@ -21,9 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "ingress"),
+    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "ingress", "load", "kill"),
                         help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network "
-                             "profile; ingress: Serve's gRPC ingresses side by side")
+                             "profile; ingress: Serve's gRPC ingresses side by side; load: many raw sessions, outputs "
+                             "checked, latency and memory before/during/after; kill: a replica SIGKILLed under a "
+                             "generating device")
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
     parser.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
@@ -44,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingresses", default="haproxy,proxy,direct", help="ingress: which to compare, in this order")
     parser.add_argument("--other-ingresses", default="proxy",
                         help="links: also measure the headline speedup through these ingresses ('' for none)")
-    parser.add_argument("--rounds", type=int, default=200, help="ingress: raw rounds of the one-session latency run")
+    parser.add_argument("--rounds", type=int, default=200, help="ingress/load: raw rounds per session")
+    parser.add_argument("--api-key", default=os.environ.get("EDGESPEC_API_KEY"), help="load: key for --server (default $EDGESPEC_API_KEY)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         return _ingress(args, prompts, out, progress)
     if args.what == "links":
         return _links(args, prompts, out, progress)
+    if args.what in ("load", "kill"):
+        return _robustness(args, out, progress)
     from edgespec.cloud.bench.report import summary_lines, write_report
     from edgespec.cloud.bench.workflow import BenchConfig, run_bench
 
@@ -121,6 +128,24 @@ def _ingress(args, prompts, out, progress) -> int:
     rows = run_ingress_bench(config, progress)
     paths = write_ingress_report(rows, config, out)
     print(f"\ningress report in {out}: " + ", ".join(p.name for p in paths))
+    return 0
+
+
+def _robustness(args, out, progress) -> int:
+    import json
+
+    from edgespec.cloud.bench import robustness
+
+    if args.what == "load":
+        report = robustness.run_load(robustness.LoadConfig(
+            target=args.target, draft=args.draft, sessions=max(int(n) for n in args.sessions.split(",")),
+            rounds=args.rounds, k=int(args.k), api_key=args.api_key), progress)
+    else:
+        report = robustness.run_kill(robustness.KillConfig(
+            target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens), progress)
+    path = robustness.write(report, out, args.what)
+    print(json.dumps(report, indent=2, default=str))
+    print(f"\n{args.what} report: {path}")
     return 0
 
 

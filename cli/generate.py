@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from edgespec.edge.errors import EdgespecError
 from edgespec.edge.params import MODES
@@ -26,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cloud-only", action="store_true", help="generate with the target alone (Generate RPC)")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the draft")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for any one reply")
+    parser.add_argument("--api-key", default=None, help="the verifier's API key (default: $EDGESPEC_API_KEY)")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS (the system's roots, or --ca-cert)")
+    parser.add_argument("--ca-cert", type=Path, default=None, help="PEM file of the CA that signed the server's certificate")
     parser.add_argument("--json", action="store_true", help="print one JSON object (text, token_ids, stats) last")
 
 
@@ -41,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     try:
-        with EdgeClient(args.server, args.draft, timeout=args.timeout, draft_threads=args.threads) as client:
+        with EdgeClient(args.server, args.draft, timeout=args.timeout, draft_threads=args.threads, api_key=args.api_key,
+                        tls=args.tls or args.ca_cert is not None, ca_cert=args.ca_cert) as client:
             if args.cloud_only:
                 result = client.generate_cloud(prompt, **params)
                 if not args.json:

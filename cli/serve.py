@@ -1,13 +1,18 @@
-"""``edgespec serve``: run the verifier on Ray Serve behind its gRPC proxy.
+"""``edgespec serve``: run the verifier on Ray Serve behind its gRPC ingress.
 
-Starts a local Ray instance, or joins the cluster at --address / RAY_ADDRESS, deploys the
-verifier, prints where it listens, and serves until interrupted.
+Starts a local Ray instance (or joins the cluster at --address / RAY_ADDRESS), deploys the
+verifier, prints where devices connect, and serves until interrupted.
+
+Exposure: without API keys the gRPC listener binds loopback only; binding another interface
+needs keys (--api-keys) or --allow-unauthenticated. With --tls-cert/--tls-key an HAProxy
+terminates TLS on --host:--tls-port and the plaintext ingress stays on loopback.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import signal
 import sys
@@ -17,7 +22,8 @@ from pathlib import Path
 import ray  # noqa: F401  (fail early, with the CLI's "install the cloud extra" hint)
 
 from edgespec.cloud.serving.app import DEFAULT_GRPC_PORT, init_ray, serve_verifier
-from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig, model_max_context
+from edgespec.cloud.serving.ingress import DEFAULT_INGRESS, INGRESSES
 from edgespec.edge.settings import load_settings
 
 # CLI flag -> VerifierConfig field, for the knobs worth a flag; --config sets any field.
@@ -31,7 +37,11 @@ CONFIG_FLAGS = {
     "torch_threads": int,
     "dtype": str,
     "device": str,
+    "api_keys_file": str,
+    "api_keys_env": str,
 }
+FLAG_NAMES = {"api_keys_file": "--api-keys", "api_keys_env": "--api-keys-env"}
+DEFAULT_TLS_PORT = 9443
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,11 +51,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per replica (0 = CPU)")
     parser.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per replica")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT)
-    parser.add_argument("--http-port", type=int, default=8000, help="Serve's HTTP proxy port (unused by edgespec)")
+    parser.add_argument("--http-port", type=int, default=8000, help="Serve's HTTP port (unused by edgespec)")
+    parser.add_argument("--ingress", choices=INGRESSES, default=DEFAULT_INGRESS,
+                        help="Serve's gRPC ingress for a local Ray (default %(default)s; see cloud/serving/ingress.py)")
+    parser.add_argument("--host", default=None,
+                        help="interface devices connect on (default: 0.0.0.0 with API keys, else 127.0.0.1)")
+    parser.add_argument("--allow-unauthenticated", action="store_true",
+                        help="serve a non-loopback --host without API keys (anyone who can reach it may use it)")
+    parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain: terminate TLS (HAProxy) on --host:--tls-port")
+    parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-port", type=int, default=DEFAULT_TLS_PORT)
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local instance)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the deployment to run")
     for name, kind in CONFIG_FLAGS.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
+        parser.add_argument(FLAG_NAMES.get(name, "--" + name.replace("_", "-")), dest=name, type=kind, default=None)
     parser.add_argument("--detach", action="store_true", help="return once deployed (the Ray cluster keeps serving)")
 
 
@@ -55,7 +74,33 @@ def config_from_args(args: argparse.Namespace) -> VerifierConfig:
     for name in CONFIG_FLAGS:
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
+    if getattr(args, "allow_unauthenticated", False):
+        values["allow_unauthenticated"] = True
     return VerifierConfig.from_dict(values, source=str(args.config or "edgespec serve"))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure(args: argparse.Namespace, config: VerifierConfig) -> tuple[str, str]:
+    """(the host devices connect on, the host the plaintext ingress binds); refuses an exposed,
+    unauthenticated listener unless asked for explicitly."""
+    keyed = bool(config.api_keys_file or config.api_keys_env)
+    host = args.host or ("0.0.0.0" if keyed else "127.0.0.1")
+    if not is_loopback(host) and not keyed and not args.allow_unauthenticated:
+        raise ValueError(
+            f"--host {host} without API keys would let anyone who reaches it use the verifier: configure keys "
+            "(--api-keys FILE, see `edgespec keys new`) or pass --allow-unauthenticated"
+        )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    return host, ("127.0.0.1" if args.tls_cert else host)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,25 +108,33 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         options = DeploymentOptions(num_replicas=args.num_replicas, num_cpus=args.num_cpus, num_gpus=args.num_gpus)
+        host, ingress_host = exposure(args, config)
     except ValueError as exc:
         print(f"edgespec serve: {exc}", file=sys.stderr)
         return 2
     if not args.address and config.device in ("cuda", "auto") and args.num_gpus == 0:
         config = dataclasses.replace(config, device="cpu")
-    init_ray(args.address)
+    # The transport refuses larger messages before anything parses them (read at Ray's start).
+    os.environ.setdefault("RAY_SERVE_GRPC_MAX_MESSAGE_SIZE", str(config.message_cap(model_max_context(config))))
+    init_ray(args.address, ingress=args.ingress)
+    terminator = None
     try:
-        serve_verifier(
-            config,
-            options,
-            grpc_port=args.grpc_port,
-            http_port=args.http_port,
-            timeout_s=args.timeout,
-            progress=lambda message: print(message, flush=True),
+        address = serve_verifier(
+            config, options, grpc_port=args.grpc_port, http_port=args.http_port, host=ingress_host,
+            timeout_s=args.timeout, progress=lambda message: print(message, flush=True),
         )
-    except (TimeoutError, RuntimeError) as exc:
+        if args.tls_cert:
+            from edgespec.cloud.serving.tls import TlsTerminator
+
+            terminator = TlsTerminator(args.tls_cert, args.tls_key, upstream=address, listen_port=args.tls_port,
+                                       listen_host=host).start()
+    except (TimeoutError, RuntimeError, FileNotFoundError) as exc:
         print(f"edgespec serve: {exc}", file=sys.stderr)
         return 1
-    print(f"edgespec: serving {config.model_id} on gRPC port {args.grpc_port} (Ctrl-C to stop)", flush=True)
+    where = f"TLS on {host}:{args.tls_port} (plaintext ingress {address}, loopback)" if terminator else f"{host}:{args.grpc_port}"
+    auth = "API keys required" if config.api_keys_file or config.api_keys_env else "NO API keys: loopback only" if is_loopback(host) \
+        else "NO API keys (--allow-unauthenticated)"
+    print(f"edgespec: serving {config.model_id} on gRPC {where}; {auth} (Ctrl-C to stop)", flush=True)
     if args.detach:
         return 0
     stop = threading.Event()
@@ -90,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         stop.wait()
     except KeyboardInterrupt:
         pass
+    if terminator is not None:
+        terminator.stop()
     from ray import serve
 
     serve.shutdown()

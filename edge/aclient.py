@@ -9,6 +9,7 @@ turns on the draft thread.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,9 +37,49 @@ DEFAULT_CHANNEL_OPTIONS = (
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
 )
+API_KEY_ENV = "EDGESPEC_API_KEY"  # read when no api_key is given
+
+
+class KeyedStub:
+    """The Speculative stub with the API key in the metadata of every call."""
+
+    def __init__(self, stub: pb_grpc.SpeculativeStub, api_key: str | None):
+        self._stub = stub
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+
+    def Session(self, **kwargs):
+        return self._stub.Session(metadata=self._metadata, **kwargs)
+
+    def Generate(self, request, **kwargs):
+        return self._stub.Generate(request, metadata=self._metadata, **kwargs)
+
+    def Info(self, request, **kwargs):
+        return self._stub.Info(request, metadata=self._metadata, **kwargs)
+
+
+def channel_credentials(tls: bool, ca_cert: str | Path | None) -> grpc.ChannelCredentials | None:
+    """TLS credentials trusting ``ca_cert`` (PEM file; None: the system's roots), or None for plaintext."""
+    if ca_cert is not None and not tls:
+        raise ValueError("ca_cert is for TLS connections: pass tls=True as well")
+    if not tls:
+        return None
+    roots = None
+    if ca_cert is not None:
+        path = Path(ca_cert)
+        if not path.is_file():
+            raise FileNotFoundError(f"ca_cert: {path} not found (a PEM file of the CA that signed the server's certificate)")
+        roots = path.read_bytes()
+    return grpc.ssl_channel_credentials(root_certificates=roots)
 
 
 class AsyncEdgeClient:
+    """Speculative generation against an edgespec server.
+
+    ``api_key`` (default: the EDGESPEC_API_KEY environment variable) goes in every call's
+    metadata; ``tls=True`` connects with TLS, trusting ``ca_cert`` (a PEM file) or the system's
+    roots; ``credentials`` gives any other grpc.ChannelCredentials instead.
+    """
+
     def __init__(
         self,
         server: str,
@@ -46,6 +87,9 @@ class AsyncEdgeClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        api_key: str | None = None,
+        tls: bool = False,
+        ca_cert: str | Path | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
         draft_threads: int = 1,
@@ -55,13 +99,14 @@ class AsyncEdgeClient:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.server = server
-        self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads)
         self.timeout, self.max_retries = timeout, max_retries
+        credentials = credentials or channel_credentials(tls, ca_cert)
+        self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads)
         if credentials is None:
             self._channel = grpc.aio.insecure_channel(server, options=list(channel_options))
         else:
             self._channel = grpc.aio.secure_channel(server, credentials, options=list(channel_options))
-        self._stub = pb_grpc.SpeculativeStub(self._channel)
+        self._stub = KeyedStub(pb_grpc.SpeculativeStub(self._channel), api_key or os.environ.get(API_KEY_ENV) or None)
         self._draft_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-draft")
         self._info: ServerInfo | None = None
         # What this client measured (round trip, forward time, acceptance): one planner per
@@ -102,8 +147,9 @@ class AsyncEdgeClient:
         mode = path_mode(params)
         if mode not in self._planners:
             planner = Planner(mode)
-            info = await self.info()
+            info = await self.info(refresh=True)  # the replica's current forward and decode costs
             planner.record_forward(info.forward_ms)
+            planner.record_decode(info.decode_ms)
             if mode == "auto":
                 try:
                     planner.record_rtt(await self.probe_rtt())

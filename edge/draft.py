@@ -233,6 +233,28 @@ class DraftModel:
         return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms,
                         alternatives=runners_up if alternatives and not sampling else None)
 
+    def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]:
+        """Appends tokens the device did not draft (streamed by the cloud) and returns what greedy
+        drafting (with ``lookup``) would have proposed at each of them, from one forward: the
+        material of an acceptance estimate while not speculating. The cache keeps up, so
+        speculation can resume without a prefill."""
+        new = self._checked_ids(token_ids, "token_ids")
+        if not new:
+            return []
+        if not self.tokens:
+            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
+        self._check_length(len(self.tokens) + len(new), "the context after observe")
+        if self.cache_len == len(self.tokens):
+            self._trim_cache(self.cache_len - 1)  # the logits after the last token are not cached
+        offset = len(self.tokens) - 1 - self.cache_len
+        logits = self._feed(self.tokens[self.cache_len :] + new[:-1])
+        predicted = []
+        for i, token in enumerate(new):
+            guess = lookup_next(self.tokens, lookup) if lookup is not None else None
+            predicted.append(int(np.argmax(logits[offset + i])) if guess is None else guess)
+            self.tokens.append(token)
+        return predicted
+
     def _feed(self, ids: list[int]) -> np.ndarray:
         """One forward over ``ids`` against the cache; extends the cache. Returns logits [n, V]."""
         logits, self._past = run_graph(self.session, self.manifest, ids, self.cache_len, self._past)

@@ -8,6 +8,7 @@
         │                         answers (the verifier raises these to refuse a request)
         ├── InvalidRequestError       INVALID_ARGUMENT / OUT_OF_RANGE: fix the request
         ├── SessionStateError         FAILED_PRECONDITION: protocol misuse
+        ├── AuthenticationError       UNAUTHENTICATED / PERMISSION_DENIED: send a valid API key
         ├── CapacityError             RESOURCE_EXHAUSTED: retry later / add replicas
         └── InternalServerError       INTERNAL / UNKNOWN / anything else
 
@@ -67,6 +68,10 @@ class CapacityError(ServerError):
     pass
 
 
+class AuthenticationError(ServerError):
+    pass
+
+
 class InternalServerError(ServerError):
     pass
 
@@ -76,6 +81,8 @@ _BY_CODE = {
     grpc.StatusCode.OUT_OF_RANGE: InvalidRequestError,
     grpc.StatusCode.FAILED_PRECONDITION: SessionStateError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: CapacityError,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
+    grpc.StatusCode.PERMISSION_DENIED: AuthenticationError,
 }
 
 # Worth a new attempt (a new session resumed from the committed tokens): the stream or the

@@ -16,7 +16,12 @@ only known once measured. It switches,
 mid-generation and in either direction, when the other path's prediction beats the current
 path's measured rate by ``margin`` and the remaining tokens repay the switch (two round trips).
 While streaming cloud-only the device probes the round trip (a cheap Info call) and so notices
-a link that got faster.
+a link that got faster, and (greedy) it runs its draft over the streamed tokens: the tokens a
+round would have committed there (``record_shadow``) keep the speculative prediction current,
+so text the draft has become good at brings speculation back. Predictions are corrected by how
+far the last speculative segment's measured rate was from its prediction, and a switch must
+repay its own cost (a round trip to open the other stream, the replica's prefill of the
+context) over the tokens still to come.
 
 The planner lives as long as the client, so later generations start from what earlier ones
 measured. Send-ahead depth follows the same figures: enough blocks in flight to cover the
@@ -56,6 +61,15 @@ class Rate:
             return None
         return sum(ms for ms, _ in self.samples) / sum(units for _, units in self.samples)
 
+    @property
+    def trimmed(self) -> float | None:
+        """``value`` without the slowest sample once there are six or more: one loss stall
+        in a window of rounds is the link's rare event, not its rate."""
+        if len(self.samples) < 6:
+            return self.value
+        samples = sorted(self.samples, key=lambda s: s[0] / s[1])[:-1]
+        return sum(ms for ms, _ in samples) / sum(units for _, units in samples)
+
     def __len__(self) -> int:
         return len(self.samples)
 
@@ -84,14 +98,18 @@ class Estimates:
     device_ms: Rate = field(default_factory=Rate)  # a fresh round's wall beyond its wait, per round
     cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last, per token
     chain_valid: float | None = None  # share of sent-ahead blocks that were verified, not discarded
+    spec_bias: float = 1.0  # measured / predicted speculative ms per token, of the last segment
+    long_tau: float | None = None  # tokens per round over many rounds (text difficulty reverts to it)
+    decode_ms: float | None = None  # the replica's decoding step of Generate streams (Info)
 
 
 class Planner:
     """Chooses the path and the send-ahead depth; ``mode``: "auto", "speculative" or "cloud_only"."""
 
-    MIN_ROUNDS = 4  # rounds of a speculative segment before it may be left
+    MIN_ROUNDS = 8  # rounds of a speculative segment before it may be left (acceptance varies a lot)
     MIN_TOKENS = 8  # tokens of a cloud-only segment (and one round-trip probe) before it may be left
     PRIOR_TAU = 3.0  # tokens per round assumed before any round is measured
+    LONG_TAU_WEIGHT = 0.05  # per round, of the long-run tokens per round
 
     def __init__(self, mode: str = "auto", *, margin: float = 0.15, max_depth: int = 4):
         if mode not in ("auto", "speculative", "cloud_only"):
@@ -101,6 +119,8 @@ class Planner:
         self.mode, self.margin, self.max_depth = mode, margin, max_depth
         self.est = Estimates()
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
+        self._current: Path | None = None
+        self._shadow_run, self._shadow_bonus = 0, False
 
     # ---- what was measured ---------------------------------------------------------------
 
@@ -108,9 +128,11 @@ class Planner:
         """A new segment starts: its own figures must come in before it is left (a speculative
         segment's rate is its own: the last one's may have been measured on another link)."""
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
+        self._shadow_run, self._shadow_bonus = 0, False
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
             self.est.round_ms.samples.clear()
+        self._current = path
 
     def record_rtt(self, ms: float) -> None:
         self.est.rtt_ms.add(ms)
@@ -123,24 +145,68 @@ class Planner:
     def record_round(self, *, wall_ms: float, wait_ms: float | None, forward_ms: float, tokens: int) -> None:
         """One verified round as the device saw it: wall time since the last verdict (drafting
         included), send -> verdict (None for a block sent ahead: it waited at the verifier,
-        its wait is no round trip), and the server's forward."""
+        its wait is no round trip), and the server's forward.
+
+        A segment's first round also carried the Open (the replica's prefill of the context, the
+        draft's own): that is the switch's cost, not the path's rate, so only its tokens count."""
         est = self.est
+        first = self._segment_rounds == 0
+        self._segment_rounds += 1
         self.record_forward(forward_ms)
+        self._tau_sample(tokens)
+        if first:
+            return
         if wait_ms is not None:
             est.rtt_ms.add(max(wait_ms - forward_ms, 0.0))
             est.device_ms.add(max(wall_ms - wait_ms, 0.0), 1)
         est.spec.add(wall_ms, tokens)
         est.round_ms.add(wall_ms, 1)
-        est.tokens_per_round.add(tokens, 1)
+        if len(est.round_ms) >= self.MIN_ROUNDS // 2:
+            predicted = self.predicted_round_ms()
+            if predicted:
+                est.spec_bias = min(max(est.round_ms.trimmed / predicted, 2 / 3), 1.5)
         if est.chain_valid is not None and est.chain_valid < 0.15:
             # No block goes ahead at this rate, so nothing would update it: drift back up
             # slowly, so that send-ahead is tried again after a few dozen rounds.
             est.chain_valid = 0.98 * est.chain_valid + 0.02 * 0.5
-        self._segment_rounds += 1
 
     def record_ahead(self, valid: bool) -> None:
         value = 1.0 if valid else 0.0
         self.est.chain_valid = value if self.est.chain_valid is None else 0.8 * self.est.chain_valid + 0.2 * value
+
+    def record_shadow(self, hits, k: int) -> None:
+        """Cloud-only tokens in order, each True where the draft (run over the stream) predicted
+        it: blocks of ``k`` drafts are replayed over them and each round's committed tokens
+        (accepted drafts + the correction or bonus) join the tokens-per-round window."""
+        k = max(1, int(k))
+        for hit in hits:
+            if self._shadow_bonus:  # the bonus token of a block accepted whole
+                self._tau_sample(k + 1)
+                self._shadow_run, self._shadow_bonus = 0, False
+            elif hit:
+                self._shadow_run += 1
+                self._shadow_bonus = self._shadow_run >= k
+            else:  # the first rejected draft: the target's token is the round's last
+                self._tau_sample(self._shadow_run + 1)
+                self._shadow_run = 0
+
+    def _tau_sample(self, tokens: int) -> None:
+        est = self.est
+        est.tokens_per_round.add(tokens, 1)
+        w = self.LONG_TAU_WEIGHT
+        est.long_tau = float(tokens) if est.long_tau is None else (1 - w) * est.long_tau + w * tokens
+
+    def record_decode(self, ms: float) -> None:
+        if ms > 0:
+            self.est.decode_ms = ms
+
+    def future_tau(self) -> float | None:
+        """Tokens per round to expect from here: the recent window, pulled halfway to the
+        long-run figure (a hard passage does not last, nor an easy one)."""
+        recent, long = self.est.tokens_per_round.value, self.est.long_tau
+        if recent is None or long is None:
+            return recent
+        return 0.5 * recent + 0.5 * long
 
     def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int) -> None:
         """The current Generate stream so far: ``tokens_since_first`` tokens arrived within
@@ -152,32 +218,41 @@ class Planner:
 
     # ---- predictions -----------------------------------------------------------------------
 
-    def predicted_speculative(self, tau: float | None = None) -> float | None:
-        """ms/token of speculation from its components at the current round trip (``tau``:
-        tokens per round, by default the measured figure)."""
+    def predicted_round_ms(self) -> float | None:
+        """A speculative round's wall time from its components at the current round trip."""
         est = self.est
         rtt, forward = est.rtt_ms.value, est.forward_ms.value
         if rtt is None or forward is None:
             return None
-        tau = tau or est.tokens_per_round.value or self.PRIOR_TAU
-        round_ms = rtt + forward + (est.device_ms.value or 2.0)
-        depth = self.depth()
-        if depth > 1 and est.chain_valid:
+        device = est.device_ms.value or 2.0
+        round_ms = rtt + forward + device
+        if self.depth() > 1 and est.chain_valid:
             # A valid sent-ahead block is verified right after its predecessor: it costs one
             # forward (and the device's time), not a whole round.
-            chained = forward + (est.device_ms.value or 2.0)
-            round_ms = est.chain_valid * min(chained, round_ms) + (1 - est.chain_valid) * round_ms
-        return round_ms / tau
+            round_ms = est.chain_valid * min(forward + device, round_ms) + (1 - est.chain_valid) * round_ms
+        return round_ms
+
+    def predicted_speculative(self, tau: float | None = None, *, corrected: bool = True) -> float | None:
+        """ms/token of speculation: the predicted round over ``tau`` tokens per round (by
+        default ``future_tau``), times ``spec_bias`` (how far measured rounds were from the
+        prediction) when ``corrected``."""
+        round_ms = self.predicted_round_ms()
+        if round_ms is None:
+            return None
+        tau = tau or self.future_tau() or self.PRIOR_TAU
+        return round_ms / tau * (self.est.spec_bias if corrected else 1.0)
 
     def speculative_ms_per_token(self) -> float | None:
         """Measured while speculating, else predicted."""
-        return self.est.spec.value if len(self.est.spec) >= self.MIN_ROUNDS else self.predicted_speculative()
+        return self.est.spec.trimmed if len(self.est.spec) >= self.MIN_ROUNDS else self.predicted_speculative()
 
     def cloud_ms_per_token(self) -> float | None:
         if self.est.cloud_ms_per_token is not None:
             return self.est.cloud_ms_per_token
-        forward = self.est.forward_ms.value
-        return None if forward is None else forward + 1.0  # NOTE: one decode step + a message's cost
+        if self.est.decode_ms is not None:
+            return self.est.decode_ms + 1.0  # the replica's decoding step + a message's cost
+        forward = self.est.forward_ms.value  # a verify forward: more tokens than a decoding step
+        return None if forward is None else forward + 1.0
 
     # ---- decisions ---------------------------------------------------------------------------
 
@@ -185,8 +260,10 @@ class Planner:
         if self.mode != "auto":
             return Path(self.mode)
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value
-        if len(self.est.spec) >= self.MIN_ROUNDS:
-            spec, limit = self.est.spec.value, 1 + self.margin
+        if self._current is Path.SPECULATIVE and len(self.est.spec) >= self.MIN_ROUNDS:
+            spec, limit = self.est.spec.trimmed, 1 + self.margin
+        elif len(self.est.tokens_per_round) >= self.MIN_ROUNDS:
+            spec, limit = self.predicted_speculative(), 1 + self.margin  # tau measured, or replayed over a stream
         else:
             # Tokens per round are unknown until measured: explore speculation unless even a
             # draft that is always right (max_k + 1 tokens a round) could not win.
@@ -203,9 +280,12 @@ class Planner:
         if self.mode != "auto" or remaining < 4:
             return False
         if current is Path.SPECULATIVE:
-            if self._segment_rounds < self.MIN_ROUNDS:
+            if self._segment_rounds < self.MIN_ROUNDS or len(self.est.spec) < self.MIN_ROUNDS // 2:
                 return False
-            here, there = self.est.spec.value, self.cloud_ms_per_token()
+            # Leave only when the forecast (recent tau pulled towards the long run) agrees.
+            measured, forecast = self.est.spec.trimmed, self.predicted_speculative()
+            here = None if measured is None else min(measured, forecast if forecast is not None else measured)
+            there = self.cloud_ms_per_token()
         else:
             if self._segment_tokens < self.MIN_TOKENS or not self._segment_probes:
                 return False
@@ -213,7 +293,12 @@ class Planner:
         if here is None or there is None:
             return False
         gain_ms = remaining * (here - there)
-        return there * (1 + self.margin) < here and gain_ms > 2 * (self.est.rtt_ms.value or 0.0)
+        return there * (1 + self.margin) < here and gain_ms > 2 * self.switch_cost_ms()
+
+    def switch_cost_ms(self) -> float:
+        """What a switch costs: the round trip that opens the other stream and the replica's
+        prefill of the context (a few forwards), before the other path's first token."""
+        return (self.est.rtt_ms.value or 0.0) + 2 * (self.est.forward_ms.value or 0.0)
 
     def depth(self) -> int:
         """Blocks to keep in flight: enough to cover the round trip while ahead blocks hold."""

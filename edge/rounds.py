@@ -196,13 +196,8 @@ class SpeculativeRun:
                 # Step 3: commit, and keep or drop what is in flight behind it.
                 new_tokens = self._commit(block, verdict, inflight)
                 yield new_tokens
-                if verdict.finished:
-                    await stream.send(CLOSE_REQUEST)
-                    await stream.done_writing()
-                    return
-                if self.planner.should_switch(Path.SPECULATIVE, self.remaining):
-                    await stream.send(CLOSE_REQUEST)
-                    await stream.done_writing()
+                if verdict.finished or self.planner.should_switch(Path.SPECULATIVE, self.remaining):
+                    await stream.close(CLOSE_REQUEST)
                     return
                 if not any(not b.stale for b in inflight):
                     fresh = await self._fresh_block()
@@ -332,7 +327,9 @@ class SpeculativeRun:
             self.committed, self.params.sampling, self.draft.manifest.tokenizer_fingerprint,
             max_new_tokens=self.remaining, stop_token_ids=self.stop_token_ids, first_round=self.round_no,
         )
-        probe = asyncio.create_task(self._probe_rtt()) if self.planner.mode == "auto" and self.rtt_probe else None
+        auto = self.planner.mode == "auto"
+        probe = asyncio.create_task(self._probe_rtt()) if auto and self.rtt_probe else None
+        shadow = Shadow(self) if auto and self.sampling is None else None
         try:
             first_at, since_first = None, 0
             async for tokens, finish in generate_tokens(self.stub, request, self.timeout, self.stats):
@@ -352,12 +349,16 @@ class SpeculativeRun:
                 yield tokens
                 if finish:
                     return
+                if shadow is not None:
+                    shadow.observe(tokens)
                 if self._draft_room() > 1 and self.planner.should_switch(Path.CLOUD_ONLY, self.remaining):
                     return  # the Generate call is cancelled: tokens not received are not committed
             raise StreamEnded(grpc.StatusCode.UNAVAILABLE, "the Generate stream ended before its last token")
         finally:
             if probe is not None:
                 probe.cancel()
+            if shadow is not None:
+                await shadow.settle()
 
     async def _probe_rtt(self) -> None:
         while True:
@@ -366,6 +367,50 @@ class SpeculativeRun:
                 self.planner.record_rtt(await self.rtt_probe())
             except Exception:  # a failed probe says nothing about the stream; the stream reports its own errors
                 pass
+
+
+class Shadow:
+    """The draft run over a cloud-only stream, off the event loop: what it would have proposed
+    at each streamed token tells the planner the tokens per round speculation would commit
+    here (``Planner.record_shadow``), and keeps the draft's cache in step with the stream."""
+
+    def __init__(self, run: SpeculativeRun):
+        self.run = run
+        self.pending: asyncio.Future | None = None
+        draft, committed = run.draft, run.committed
+        self.synced = draft.tokens[: len(committed)] == committed
+        if self.synced:
+            draft.rollback_to(len(committed))
+
+    def observe(self, tokens: list[int]) -> None:
+        run = self.run
+        if not self.synced or len(run.committed) + 1 >= run.max_context:
+            self.synced = False  # the draft falls behind; the next speculative segment resets it
+            return
+        k = run.policy.next_k(run.info.max_k)
+        loop = asyncio.get_running_loop()
+        # One draft thread: observations run in the order the tokens came.
+        future = loop.run_in_executor(run.draft_thread, run.draft.observe, list(tokens), run.lookup)
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is not None:
+                self.synced = False
+                return
+            run.planner.record_shadow([p == t for p, t in zip(f.result(), tokens)], k)
+
+        future.add_done_callback(done)
+        self.pending = future
+
+    async def settle(self) -> None:
+        """Waits for the draft thread (the next segment uses the draft) and leaves the draft at
+        the committed tokens, or resets it when it fell behind."""
+        if self.pending is not None:
+            await asyncio.gather(self.pending, return_exceptions=True)
+        if not self.synced:
+            return
+        draft, committed = self.run.draft, self.run.committed
+        if draft.tokens != committed[: len(draft.tokens)]:
+            self.synced = False
 
 
 def add_leaves(block: Block, alternatives: list[tuple[int, float]], count: int) -> None:

@@ -72,11 +72,15 @@ async def _ended(call) -> StreamEnded:
     return StreamEnded(grpc.StatusCode.UNAVAILABLE if code == grpc.StatusCode.OK else code, details)
 
 
+_DRAINING: set = set()  # streams being closed in the background (a reference keeps each task alive)
+
+
 class SessionStream:
     """One Session bidi call; every write and read waits at most ``timeout`` seconds."""
 
     def __init__(self, call, timeout: float, stats: RequestStats):
         self.call, self.timeout, self.stats = call, timeout, stats
+        self.closing: asyncio.Task | None = None
 
     async def send(self, message: pb.SessionRequest) -> None:
         self.stats.bytes_sent += wire_bytes(message)
@@ -96,8 +100,30 @@ class SessionStream:
     async def done_writing(self) -> None:
         await self.call.done_writing()
 
+    async def close(self, close_request: pb.SessionRequest) -> None:
+        """Ends the session the polite way: Close, then the server's last messages are read in
+        the background (verdicts of blocks still in flight, Closed) until the stream ends, so
+        the server finishes a stream its client still holds instead of one it cancelled."""
+        await self.send(close_request)
+        await self.done_writing()
+        self.closing = asyncio.get_running_loop().create_task(self._drain())
+        _DRAINING.add(self.closing)
+        self.closing.add_done_callback(_DRAINING.discard)
+
+    async def _drain(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                while await self.call.read() is not grpc.aio.EOF:
+                    pass
+        except (grpc.RpcError, TimeoutError, asyncio.CancelledError):
+            pass
+        finally:
+            self.call.cancel()
+
     def cancel(self) -> None:
-        self.call.cancel()
+        """Cancels the call, unless it is being closed the polite way (``close``)."""
+        if self.closing is None:
+            self.call.cancel()
 
 
 async def generate_tokens(stub, request: pb.GenerateRequest, timeout: float, stats: RequestStats) -> AsyncIterator[tuple[list[int], str]]:

@@ -24,6 +24,7 @@ class ServerInfo:
     replica_rss_bytes: int = 0
     active_sessions: int = 0
     forward_ms: float = 0.0  # the replica's recent forward + accept time (0: not measured yet)
+    decode_ms: float = 0.0  # the replica's recent decoding step of a Generate stream (0: not measured yet)
     send_ahead: bool = False  # the verifier accepts blocks sent ahead of the previous verdict
     max_tree_tokens: int = 0  # most tokens of a tree draft (0: chains only)
 

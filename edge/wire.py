@@ -126,6 +126,7 @@ def server_info(reply: pb.InfoResponse) -> ServerInfo:
         replica_rss_bytes=reply.replica_rss_bytes,
         active_sessions=reply.active_sessions,
         forward_ms=reply.forward_ms,
+        decode_ms=reply.decode_ms,
         send_ahead=reply.send_ahead,
         max_tree_tokens=reply.max_tree_tokens,
     )

@@ -116,11 +116,12 @@ class Harness:
         draft_threads: int = 1,
         max_sessions: int = 64,
         ingress: str | None = None,
+        replicas: int = 1,
     ):
         self.target, self.draft, self.progress = Path(target), Path(draft), progress
         self.started_serve = server is None
         if server is None:
-            server = self._start_serve(torch_threads, max_sessions, ingress)
+            server = self._start_serve(torch_threads, max_sessions, ingress, replicas)
         self.server = server
         self.draft_threads = draft_threads
         self.link = None
@@ -145,7 +146,7 @@ class Harness:
             self.link.start()
         self.client = EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120)
 
-    def _start_serve(self, torch_threads: int, max_sessions: int, ingress: str | None) -> str:
+    def _start_serve(self, torch_threads: int, max_sessions: int, ingress: str | None, replicas: int) -> str:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         from edgespec.cloud.serving.app import init_ray, serve_verifier
@@ -159,7 +160,8 @@ class Harness:
             model=str(self.target), device="cpu", torch_threads=torch_threads, max_sessions=max_sessions,
             max_batch_size=max_sessions, max_new_tokens=8192,
         )
-        address = serve_verifier(config, DeploymentOptions(num_cpus=1), grpc_port=port, http_port=free_port(), timeout_s=600)
+        options = DeploymentOptions(num_cpus=1 if replicas == 1 else 0.5, num_replicas=replicas)
+        address = serve_verifier(config, options, grpc_port=port, http_port=free_port(), timeout_s=600)
         self.progress(f"serving on {address} after {time.perf_counter() - started:.0f}s")
         return address
 

@@ -9,7 +9,10 @@ where a round's time goes, and the fleet simulator checked against the emulator.
    - one-variable variants, always speculating: k=4 with one block in flight (the round-time
      breakdown comes from it), adaptive k with and without send-ahead, with a tree;
    - exact vs token-only sampling at T=0.8;
-   - 16 concurrent sessions of each path: ``capacity_ratio`` (tokens/s of the replica);
+   - 16 concurrent sessions of each path: ``capacity_ratio`` (tokens/s of the replica), with
+     the devices' drafting replayed off this machine's cores (``replay.py``: the same drafts a
+     real device sends, every output checked; 16 SDK clients drafting on the replica's two
+     cores measure the clients instead);
    - the simulator's prediction for 1 and N sessions of k=4 rounds against the emulator;
 3. the same speedup, measured through another ingress (Serve's proxy) in a child process;
 4. simulator sweeps with the measured calibration.
@@ -28,6 +31,7 @@ from typing import Callable
 
 from edgespec.cloud.bench.calibrate import calibrate, time_verify_table
 from edgespec.cloud.bench.capacity import measure as measure_sessions
+from edgespec.cloud.bench.replay import make_scripts, measure_replay
 from edgespec.cloud.bench.harness import Harness, Summary, shown
 from edgespec.cloud.bench.ingress import raw_rounds
 from edgespec.cloud.link.profiles import get_profile
@@ -44,8 +48,9 @@ class LinksConfig:
     profiles: tuple[str, ...] = ("loopback", "lan", "wifi", "5g", "4g", "satellite")
     sessions: int = 16
     max_new_tokens: int = 128
-    main_prompts: int = 4  # prompts of the headline comparison (each arm, alternating)
-    variant_prompts: int = 2  # prompts of each variant row
+    main_prompts: int = 6  # prompts of the headline comparison (each arm, alternating)
+    variant_prompts: int = 3  # prompts of each variant row
+    capacity_k: tuple[int, ...] = (4, 8)  # drafts per round of the replayed devices (the best one is reported)
     other_ingresses: tuple[str, ...] = ("proxy",)
     server: str | None = None
     seed: int = 0
@@ -84,12 +89,13 @@ def run_links(config: LinksConfig, out: Path, progress: Callable[[str], None] = 
         calibration = calibrate(harness, config.prompts[:4], verify, prefill_ms, k=8, max_new_tokens=config.max_new_tokens,
                                 progress=progress)
         calibration.save(out / "calibration.json")
+        scripts = make_scripts(harness.client, config.prompts, config.max_new_tokens)  # the replayed devices' drafts
         rows = []
         for index, name in enumerate(config.profiles):
             profile = get_profile(name)
             progress(f"[2/4] link {name} ({index + 1}/{len(config.profiles)}): RTT {profile.rtt_ms} ms + jitter {profile.jitter_ms} ms")
             harness.use_link(profile)
-            rows.append(_profile_row(harness, config, profile, calibration, ingress, progress))
+            rows.append(_profile_row(harness, config, profile, calibration, ingress, scripts, progress))
         harness.use_link(None)
     progress("[3/4] the headline comparison through the other ingress(es), in a child process each")
     others = {ingress_name: _other_ingress(config, ingress_name, progress) for ingress_name in config.other_ingresses}
@@ -129,7 +135,7 @@ def _ingress_calibration(harness: Harness) -> dict:
     }
 
 
-def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, ingress: dict, progress) -> dict:
+def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, ingress: dict, scripts, progress) -> dict:
     main = config.prompts[: config.main_prompts]
     few = config.prompts[: config.variant_prompts]
     spec, cloud = harness.compare(main, _greedy(config), profile.name)
@@ -154,7 +160,9 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, in
     exact = Summary.of(harness.run(few, dict(sampled, mode="exact"), f"{profile.name} exact"))
     token = Summary.of(harness.run(few, dict(sampled, mode="token"), f"{profile.name} token"))
     progress(f"  {profile.name}: {config.sessions} concurrent sessions of each path")
-    capacity = measure_sessions(harness.address, harness.draft, config.prompts, config.sessions, _greedy(config), first_cloud=True)
+    capacities = [measure_replay(harness.address, harness.info.tokenizer_fingerprint, scripts, config.sessions, k,
+                                 cloud_first=i % 2 == 0) for i, k in enumerate(config.capacity_k)]
+    capacity = max(capacities, key=lambda row: row.gain)
     sim = _simulator_check(harness, config, profile, calibration)
     row = {
         "profile": profile.name,
@@ -172,7 +180,8 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, in
             "exact": {"ms_per_token": exact.ms_per_token, "bytes_per_round": exact.bytes_per_round, "tau": exact.tau},
             "token": {"ms_per_token": token.ms_per_token, "bytes_per_round": token.bytes_per_round, "tau": token.tau},
         },
-        "capacity": asdict(capacity) | {"gain": capacity.gain},
+        "capacity": capacity.to_dict(),
+        "capacity_by_k": [row.to_dict() for row in capacities],
         "capacity_ratio": capacity.gain,
         "sim": sim,
     }
@@ -184,20 +193,21 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, in
     return row
 
 
-def _link_delays(harness: Harness) -> tuple[float, int, int]:
-    """The emulator's scheduled delays so far (ms, both directions summed) and its chunk counts."""
+def _link_delays(harness: Harness) -> tuple[float, int, int, float, int]:
+    """The emulator's scheduled delays so far (ms, both directions summed), its chunk counts, and
+    how late it wrote chunks after their release (ms summed, chunks)."""
     stats = harness.link.stats
-    return stats.delay_ms_up + stats.delay_ms_down, stats.chunks_up, stats.chunks_down
+    return stats.delay_ms_up + stats.delay_ms_down, stats.chunks_up, stats.chunks_down, stats.late_ms, stats.late_chunks
 
 
 def _breakdown(results, delays, ingress: dict) -> dict:
     """Where a round's time goes, each part measured on its own, against the measured round."""
     rounds = [r for result in results for r in result.rounds]
-    n = max(len(rounds), 1)
-    delay_ms, up_chunks, down_chunks = delays
+    delay_ms, up_chunks, down_chunks, late_ms, late_chunks = delays
     # The emulator's delays cover every chunk of the runs (Open, Opened, Close too): per round,
     # one Draft chunk up and one Verdict chunk down, at the mean delay of each.
     link = delay_ms / max(up_chunks + down_chunks, 1) * 2
+    late = late_ms / max(late_chunks, 1) * 2  # the emulator's own lateness, both directions
     measured = statistics.fmean(r.wall_ms for r in rounds) if rounds else 0.0
     wait = statistics.fmean(r.wait_ms for r in rounds) if rounds else 0.0
     parts = {
@@ -206,6 +216,7 @@ def _breakdown(results, delays, ingress: dict) -> dict:
         "verify_ms": statistics.fmean(r.verify_ms for r in rounds) if rounds else 0.0,
         "draft_ms": statistics.fmean(r.draft_ms for r in rounds) if rounds else 0.0,
         "client_ms": max(measured - wait - (statistics.fmean(r.draft_ms for r in rounds) if rounds else 0.0), 0.0),
+        "emulator_late_ms": late,  # the emulator's, not the product's: its timers on shared cores
     }
     total = sum(parts.values())
     return parts | {
@@ -316,7 +327,8 @@ def markdown(report: dict, config: LinksConfig, calibration_source: str) -> str:
         "Variants (always speculating, 1 thing changed): k=4 with one block in flight (the round-time breakdown below); "
         "adaptive k with one block in flight, with send-ahead (gain = the first over the second in ms/token), and with "
         "a tree of 4 runner-up tokens per block (gain likewise). Capacity: generated tokens/s of the one replica with "
-        f"{config.sessions} concurrent devices, speculative (defaults) over cloud-only.",
+        f"{config.sessions} concurrent devices, speculative over cloud-only, the devices replayed (one block in flight: the drafts a real device sends, computed once, so that 16 devices' drafting does not run on "
+        "the replica's cores; every replayed output was checked against the target's).",
         "",
         "| link | variant | ms/token | tau | mean k | verified ahead / discarded |",
         "|---|---|---|---|---|---|",
@@ -327,22 +339,36 @@ def markdown(report: dict, config: LinksConfig, calibration_source: str) -> str:
                          f"{v['ahead_hits']} / {v['discarded_blocks']} |")
     lines += [
         "",
+        f"## Capacity: one replica, {config.sessions} devices (replayed; the better of k={config.capacity_k})",
+        "",
+        "| link | k | speculative tokens/s | cloud-only tokens/s | **ratio** | per device ms/token spec / cloud | tau | batch mean | outputs exact |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        c = row["capacity"]
+        lines.append(f"| {row['profile']} | {c['k']} | {c['speculative_tokens_per_s']:.0f} | {c['cloud_only_tokens_per_s']:.0f} | "
+                     f"**{c['gain']:.2f}x** | {c['speculative_ms_per_token']:.1f} / {c['cloud_only_ms_per_token']:.1f} | "
+                     f"{c['tau']:.2f} | {c['batch_size_mean']:.1f} | {'yes' if c['exact'] else 'NO'} |")
+    lines += [
+        "",
         "## Where a round's time goes (k=4, one block in flight)",
         "",
         f"Each part measured on its own: link = the emulator's scheduled delay of one chunk up and one down (mean over "
         f"the run's chunks); ingress = a raw round's overhead beyond the forward on loopback through the emulator "
         f"({ingress['emulator_overhead_ms']:.2f} ms, of which {ingress['emulator_cpu_ms']:.2f} ms is the emulator's own "
         f"CPU: {ingress['direct_overhead_ms']:.2f} ms without it); verify = the replica's forward + accept (reported "
-        "in each verdict); draft = the device's drafting; client = the rest of the device's round (wall - wait - draft).",
+        "in each verdict); draft = the device's drafting; client = the rest of the device's round (wall - wait - draft); "
+        "emulator late = how long after a chunk's release time the emulator wrote it (its event loop's timers and CPU "
+        "on these shared cores: the emulator's share, not the product's).",
         "",
-        "| link | measured round ms | link | ingress | verify | draft | client | sum | error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| link | measured round ms | link | ingress | verify | draft | client | emulator late | sum | error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         b = row["breakdown"]
         lines.append(
             f"| {row['profile']} | {b['measured_round_ms']:.1f} | {b['link_ms']:.1f} | {b['ingress_ms']:.1f} | {b['verify_ms']:.1f} | "
-            f"{b['draft_ms']:.1f} | {b['client_ms']:.1f} | {b['sum_ms']:.1f} | {b['error']:+.1%} |"
+            f"{b['draft_ms']:.1f} | {b['client_ms']:.1f} | {b.get('emulator_late_ms', 0.0):.1f} | {b['sum_ms']:.1f} | {b['error']:+.1%} |"
         )
     lines += [
         "",

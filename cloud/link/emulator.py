@@ -58,6 +58,10 @@ class LinkStats:
     delay_ms_down: float = 0.0
     chunks_up: int = 0
     chunks_down: int = 0
+    # How late the emulator itself wrote each chunk after its release time (its event loop's
+    # timers and CPU on shared cores, not the link model), summed over both directions.
+    late_ms: float = 0.0
+    late_chunks: int = 0
 
     def line(self) -> str:
         return (
@@ -143,6 +147,7 @@ class _Pipe:
                 if not self.writer.transport.is_closing() and self.writer.can_write_eof():
                     self.writer.write_eof()  # a half-close travels like any other byte
                 return
+            self.link._late(loop.time() * 1000.0 - release_ms)
             self.writer.write(data)
             await self.writer.drain()
             self.queued_bytes -= len(data)
@@ -345,6 +350,10 @@ class LinkEmulator:
         else:
             self.stats.delay_ms_down += ms
             self.stats.chunks_down += 1
+
+    def _late(self, ms: float) -> None:
+        self.stats.late_ms += max(ms, 0.0)
+        self.stats.late_chunks += 1
 
     def _count(self, direction: str, nbytes: int) -> None:
         if direction == "up":

@@ -229,8 +229,20 @@ def target_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor
 # ---- a verified batch -> the accept rule ------------------------------------------------------
 
 
+class NonFiniteLogits(ValueError):
+    """The target produced NaN or inf logits for a row: no verdict can be drawn from them."""
+
+
 def accept_rows(rows: list[Row], logits: list[torch.Tensor]) -> list[Outcome]:
-    """logits[i]: [len(rows[i].tokens), V]. Returns each row's Outcome, in order."""
+    """logits[i]: [len(rows[i].tokens), V]. Returns each row's Outcome, in order.
+
+    Raises NonFiniteLogits when a row's logits are not all finite (the verifier then verifies
+    the batch's sessions one by one, so that only that session fails).
+    """
+    for row, row_logits in zip(rows, logits):
+        # NOTE: argmax over NaN picks the NaN; softmax of an inf is NaN: refuse, do not guess.
+        if not bool(torch.isfinite(row_logits).all()):
+            raise NonFiniteLogits(f"the target produced NaN or inf logits for session {row.key}")
     out: list[Outcome] = [Outcome(0, 0)] * len(rows)
     for i, row in enumerate(rows):
         if row.parents is not None:  # trees are greedy only (the session checks)

@@ -19,16 +19,14 @@ from typing import Any, Callable
 
 from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 from edgespec.cloud.serving.ingress import configure_ingress, direct_endpoints, ingress_from_environment, resolve_ingress
+from edgespec.cloud.serving.servicers import SERVICER_FUNCTIONS
 
 log = logging.getLogger(__name__)
 
 APP_NAME = "edgespec"
 DEFAULT_GRPC_PORT = 9000
-# Import paths the gRPC proxy registers; the deployment implements their methods.
-GRPC_SERVICER_FUNCTIONS = [
-    "edgespec.v1.speculative_pb2_grpc.add_SpeculativeServicer_to_server",
-    "grpc_health.v1.health_pb2_grpc.add_HealthServicer_to_server",
-]
+# What the gRPC ingress registers (see servicers.py); the deployment implements their methods.
+GRPC_SERVICER_FUNCTIONS = SERVICER_FUNCTIONS
 
 
 def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
@@ -40,8 +38,8 @@ def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
     return VerifierDeployment.options(
         num_replicas=options.num_replicas,
         max_ongoing_requests=config.max_sessions + options.extra_ongoing_requests,
-        # Requests beyond max_ongoing_requests wait at the router instead of failing.
-        max_queued_requests=-1,
+        # Requests beyond max_ongoing_requests wait, a bounded few; the rest are refused at once.
+        max_queued_requests=options.max_queued_requests,
         ray_actor_options=actor_options,
     ).bind(config.to_dict())
 
@@ -55,7 +53,9 @@ def build(args: dict[str, Any]):
 
 
 def grpc_options(port: int = DEFAULT_GRPC_PORT, request_timeout_s: float | None = None) -> dict[str, Any]:
-    return {"port": port, "grpc_servicer_functions": GRPC_SERVICER_FUNCTIONS, "request_timeout_s": request_timeout_s}
+    # Serve's own reflection is off: the deployment answers reflection itself, behind the API key.
+    return {"port": port, "grpc_servicer_functions": GRPC_SERVICER_FUNCTIONS, "request_timeout_s": request_timeout_s,
+            "enable_reflection": False}
 
 
 def init_ray(

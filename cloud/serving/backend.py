@@ -68,6 +68,12 @@ class LocalBackend:
         self.engine.prefill(kv, prefix)
         self.caches[key] = kv
 
+    def extend(self, key: int, tokens: list[int]) -> None:
+        """Feeds ``tokens`` into an open session's cache (one prefill chunk)."""
+        if key not in self.caches:
+            raise BackendError(f"no cache for session {key}: it was closed or never opened")
+        self.engine.prefill(self.caches[key], tokens)
+
     def close(self, key: int) -> None:
         self.caches.pop(key, None)
 
@@ -173,6 +179,9 @@ class ProcessBackend:
 
     def open(self, key: int, prefix: list[int]) -> None:
         self._call("open", key, prefix)
+
+    def extend(self, key: int, tokens: list[int]) -> None:
+        self._call("extend", key, tokens)
 
     def close(self, key: int) -> None:
         self._call("close", key)

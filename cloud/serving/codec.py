@@ -50,7 +50,14 @@ def generate_from_proto(msg: pb.GenerateRequest) -> OpenRequest:
     )
 
 
-def draft_q(msg: pb.Draft) -> list[tuple[list[int], list[float]]]:
+def draft_q(msg: pb.Draft, max_entries: int | None = None) -> list[tuple[list[int], list[float]]]:
+    """The draft distributions as lists; each may hold at most ``max_entries`` tokens (checked
+    before anything is converted)."""
+    if max_entries is not None:
+        for i, dist in enumerate(msg.q):
+            if max(len(dist.token_ids), len(dist.probs)) > max_entries:
+                raise invalid(f"draft.q[{i}] lists {max(len(dist.token_ids), len(dist.probs))} tokens; at most "
+                              f"{max_entries} per draft (truncate q to its top tokens and renormalise: top_n)")
     return [(list(dist.token_ids), list(dist.probs)) for dist in msg.q]
 
 

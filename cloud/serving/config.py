@@ -7,6 +7,7 @@ file (``cluster/serve.yaml``, under the application's ``args``) or from Python.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,21 @@ class VerifierConfig:
         device: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
         session_idle_timeout_s: a session that sends nothing for this long is closed
             (DEADLINE_EXCEEDED) and its KV cache freed.
+        first_message_timeout_s: a stream whose first message (the Open) does not arrive
+            within this time is closed (DEADLINE_EXCEEDED): silent connections cannot hold
+            request slots.
+        api_keys_file: YAML/JSON file of API keys (``cloud/serving/auth.py``), re-read when it
+            changes; with it (or ``api_keys_env``) every request needs a key.
+        api_keys_env: name of an environment variable holding the same mapping as JSON.
+        allow_unauthenticated: without keys the verifier answers loopback callers only (a
+            replica's own port, 40000-41000 with the HAProxy ingress, listens on every
+            interface); True serves any caller without a key.
+        max_kv_bytes: KV cache the replica may hand out, in bytes: each session reserves
+            (prompt + its max_new_tokens, within max_context) x kv bytes per token at Open, and
+            a session that would pass the budget is refused RESOURCE_EXHAUSTED.
+        max_q_entries: most entries of one draft distribution q (exact mode's sparse q).
+        model_stuck_s: the health check fails (and Serve restarts the replica) when one model
+            job has run this long.
         max_tree_tokens: most tokens of one tree draft (greedy; ``Draft.parents``); 0 accepts
             chains only.
         engine_process: run the model in a child process of the replica, so the forward's
@@ -61,9 +77,16 @@ class VerifierConfig:
     torch_threads: int = 1
     dtype: str = "float32"
     device: str = "auto"
-    session_idle_timeout_s: float = 300.0
+    session_idle_timeout_s: float = 60.0
     engine_process: bool = False
     max_tree_tokens: int = 32
+    first_message_timeout_s: float = 10.0
+    api_keys_file: str = ""
+    api_keys_env: str = ""
+    allow_unauthenticated: bool = False
+    max_kv_bytes: int = 4 << 30
+    max_q_entries: int = 1024
+    model_stuck_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -80,6 +103,12 @@ class VerifierConfig:
                 f"default_max_new_tokens ({self.default_max_new_tokens}) must not exceed "
                 f"max_new_tokens ({self.max_new_tokens})"
             )
+        for name in ("first_message_timeout_s", "model_stuck_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        _positive(self, "max_kv_bytes", "max_q_entries")
+        if self.api_keys_file and not Path(self.api_keys_file).is_file():
+            raise ValueError(f"api_keys_file: {self.api_keys_file!r} is not a file")
         if self.max_tree_tokens < 0:
             raise ValueError(f"max_tree_tokens must be >= 0 (0 = chains only), got {self.max_tree_tokens}")
         if self.batch_wait_timeout_s < 0:
@@ -98,6 +127,14 @@ class VerifierConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def message_cap(self, max_context: int) -> int:
+        """The largest request a client needs to send, in bytes (varints of at most 5 bytes, a
+        float of 4, plus framing): an Open with a full-context prompt and as many stop tokens,
+        or a Draft of max_k tokens each with a full q, or a tree of max_tree_tokens."""
+        open_bytes = 10 * max_context + 1024
+        draft_bytes = self.max_k * (10 * self.max_q_entries + 16) + 10 * max(self.max_k, self.max_tree_tokens) + 256
+        return max(open_bytes, draft_bytes) + 4096
+
 
 @dataclass(frozen=True)
 class DeploymentOptions:
@@ -109,13 +146,34 @@ class DeploymentOptions:
     # Streams, Generate calls, Info and health checks all count against Serve's
     # max_ongoing_requests; leave room above max_sessions for the short calls.
     extra_ongoing_requests: int = 16
+    # Requests waiting for one of those slots; beyond this many Serve refuses at once
+    # (RESOURCE_EXHAUSTED) instead of queueing without bound.
+    max_queued_requests: int = 32
     ray_actor_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_replicas < 1:
             raise ValueError(f"num_replicas must be >= 1, got {self.num_replicas}")
+        if self.max_queued_requests < 1:
+            raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
         if self.num_cpus < 0 or self.num_gpus < 0:
             raise ValueError("num_cpus and num_gpus must be >= 0")
+
+
+def model_max_context(config: VerifierConfig) -> int:
+    """The context the verifier will serve, from the config or the model's config.json (no model load)."""
+    if config.max_context:
+        return config.max_context
+    try:
+        data = json.loads((Path(config.model) / "config.json").read_text())
+    except (OSError, ValueError):
+        data = {}
+    text = data.get("text_config") or data
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = text.get(name) or data.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048
 
 
 def _positive(config: Any, *names: str) -> None:

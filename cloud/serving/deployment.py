@@ -1,13 +1,22 @@
-"""The Ray Serve deployment behind Serve's gRPC proxy: Session, Generate, Info, Health.
+"""The Ray Serve deployment behind Serve's gRPC ingress: Session, Generate, Info, Health, reflection.
 
-Each stream handler validates its messages on the event loop and submits them to the
-``BatchScheduler`` (``scheduler.py``, and why not ``@serve.batch``): the drafts of every
-session waiting for a verdict are verified together in ONE target forward. The model runs on a
-single model thread (optionally in an engine process, ``backend.py``), so the event loop keeps
-receiving messages (and filling the next batch) while it computes.
+Each stream handler authenticates the caller (``auth.py``) before it reads a message,
+validates its messages on the event loop and submits them to the ``BatchScheduler``
+(``scheduler.py``, and why not ``@serve.batch``): the drafts of every session waiting for a
+verdict are verified together in ONE target forward. The model runs on one model thread
+(``model_thread.py``; optionally in an engine process, ``backend.py``), so the event loop keeps
+receiving messages (and filling the next batch) while it computes; a prompt is prefilled in
+chunks of one forward each, between which other sessions' batches run.
+
+No client can wedge the replica: a stream must send its Open within
+``first_message_timeout_s`` and then a message every ``session_idle_timeout_s``; admission
+(``admission.py``) bounds sessions, KV bytes and each key's share; messages over the cap or
+not valid protobuf are refused by value (``servicers.py``); a row that fails fails only its
+session; the health check fails when the model thread is stuck.
 
 Errors: a refused request ends its own stream with a precise gRPC status code and a message
-that says what to fix (a ``ServerError``); other sessions on the replica are untouched.
+that says what to fix (a ``ServerError``); other sessions on the replica are untouched. A
+client that goes away is no error.
 """
 
 from __future__ import annotations
@@ -16,26 +25,39 @@ import asyncio
 import logging
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator
 
 import grpc
 from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha._async import ReflectionServicer
 from ray import serve
 
-from edgespec.edge import __version__
 from edgespec.cloud.serving import codec
+from edgespec.cloud.serving.admission import Admission
+from edgespec.cloud.serving.auth import ApiKey, KeyRing, is_loopback_peer
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.metrics import VerifierMetrics
+from edgespec.cloud.serving.model_thread import ModelThread
 from edgespec.cloud.serving.scheduler import BatchScheduler
+from edgespec.cloud.serving.servicers import (
+    HEALTH_SERVICE,
+    REFLECTION_SERVICES,
+    SPECULATIVE_SERVICE,
+    Malformed,
+    set_message_cap,
+)
 from edgespec.cloud.serving.session import SessionState, check_draft, discarded, invalid, precondition
 from edgespec.cloud.serving.verifier import Verifier, VerifyItem
+from edgespec.edge import __version__
 from edgespec.edge.errors import ServerError, status_error
 from edgespec.edge.params import Finish
 from edgespec.edge.wire import FINISH_TO_WIRE
 from edgespec.v1 import speculative_pb2 as pb
 
 log = logging.getLogger("ray.serve")
+
+DEPLOYMENT_NAME = "Verifier"
+RECONNECT = "reopen with the committed tokens to continue"
 
 
 def resident_bytes() -> int:
@@ -47,43 +69,63 @@ def resident_bytes() -> int:
         return 0
 
 
-DEPLOYMENT_NAME = "Verifier"
+def _client_gone(exc: BaseException) -> bool:
+    """The stream ended because the client went away (a normal end after Close, or a cancel)."""
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        return True
+    return type(exc).__name__ in ("TaskCancelledError", "RequestCancelledError")
+
+
+def _checked(message, what: str):
+    """The message, or the status for a request that was not one (see servicers.py)."""
+    if isinstance(message, Malformed):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED if message.too_large else grpc.StatusCode.INVALID_ARGUMENT
+        raise status_error(code, f"{what}: {message.reason}; send a well-formed {message.message_type}")
+    return message
 
 
 @serve.deployment(name=DEPLOYMENT_NAME)
 class VerifierDeployment:
     def __init__(self, config: dict[str, Any]):
         self.config = VerifierConfig.from_dict(config)
+        self.keys = KeyRing(self.config.api_keys_file, self.config.api_keys_env)
         self.verifier = Verifier(self.config)
-        # One thread owns the model: forwards never overlap, and the event loop stays free.
-        self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-model")
-        self.active_sessions = 0
+        limits = self.verifier.limits
+        set_message_cap(self.config.message_cap(limits.max_context))
+        self.model = ModelThread()
+        self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=self.config.max_kv_bytes,
+                                   kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token)
         self.metrics = VerifierMetrics()
         self.forward_ms = 0.0  # exponentially weighted forward + accept time, reported by Info
+        self.decode_ms = 0.0  # the same for batches of Generate decoding steps alone
         self.batches = BatchScheduler(
-            lambda items: self._on_model_thread(self.verifier.step, items),
+            lambda items: self.model.run(self.verifier.step, items),
             max_batch_size=self.config.max_batch_size,
             wait_s=self.config.batch_wait_timeout_s,
-            expected=lambda: self.active_sessions,
+            expected=lambda: self.admission.active,
             on_batch=self._on_batch,
         )
-        log.info("edgespec verifier ready: %s", self.verifier.backend.info.description)
+        self._reflection = ReflectionServicer([SPECULATIVE_SERVICE, HEALTH_SERVICE, *REFLECTION_SERVICES])
+        auth = f"{self.keys.count} API key(s)" if self.keys.enabled else "NO API keys (loopback only)"
+        log.info("edgespec verifier ready (%s): %s", auth, self.verifier.backend.info.description)
 
     # ---- the speculative session -------------------------------------------------------
 
     async def Session(self, requests: AsyncIterator[pb.SessionRequest], grpc_context=None):
         session: SessionState | None = None
-        session_id = ""
+        session_id, key = "", None
         try:
+            key = self._authenticate(grpc_context)
             while True:
-                request = await self._next_message(requests)
+                request = await self._next_message(requests, first=session is None)
                 if request is None:
                     break
+                request = _checked(request, "SessionRequest")
                 kind = request.WhichOneof("kind")
                 if kind == "open":
                     if session is not None:
                         raise precondition("Open sent twice on one stream: open a new stream for a new session")
-                    session = await self._admit(codec.open_from_proto(request.open))
+                    session = await self._admit(codec.open_from_proto(request.open), key)
                     session_id = uuid.uuid4().hex
                     yield pb.SessionResponse(
                         opened=pb.Opened(
@@ -107,7 +149,9 @@ class VerifierDeployment:
                 else:
                     raise invalid("empty SessionRequest: set open, draft or close")
         except Exception as exc:
-            raise self._status(grpc_context, exc, f"session {session_id}") from None
+            if _client_gone(exc):
+                raise
+            raise self._status(grpc_context, exc, f"session {session_id}", key) from None
         finally:
             if session is not None:
                 self._release(session)
@@ -117,61 +161,68 @@ class VerifierDeployment:
         tokens = list(draft.token_ids)
         if not draft.ahead and last is not None and draft.round == last.round_no and tokens == session.last_block.tokens:
             return last  # a retried round: same drafts, same (already committed) verdict
-        block = check_draft(session, int(draft.round), tokens, codec.draft_q(draft), ahead=draft.ahead,
-                            assumed_token=int(draft.assumed_token), parents=list(draft.parents))
+        block = check_draft(session, int(draft.round), tokens, codec.draft_q(draft, self.config.max_q_entries),
+                            ahead=draft.ahead, assumed_token=int(draft.assumed_token), parents=list(draft.parents))
         if block is None:  # sent ahead on an assumption that failed: no forward
             self.metrics.discarded_block()
             return discarded(int(draft.round))
-        return await self.batches.submit(VerifyItem(session, block))
+        self.admission.quotas.check_tokens(session.key)
+        verdict = await self.batches.submit(VerifyItem(session, block))
+        self.admission.quotas.charge(session.key, verdict.emitted)
+        return verdict
 
-    async def _next_message(self, requests: AsyncIterator[pb.SessionRequest]) -> pb.SessionRequest | None:
+    async def _next_message(self, requests: AsyncIterator[pb.SessionRequest], *, first: bool) -> pb.SessionRequest | None:
+        timeout = self.config.first_message_timeout_s if first else self.config.session_idle_timeout_s
         try:
-            return await asyncio.wait_for(requests.__anext__(), timeout=self.config.session_idle_timeout_s)
+            async with asyncio.timeout(timeout):
+                return await requests.__anext__()
         except StopAsyncIteration:
             return None
-        except asyncio.TimeoutError:
-            raise status_error(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"session idle for more than {self.config.session_idle_timeout_s:g}s: closed; "
-                "reopen with the committed tokens to continue",
-            ) from None
+        except TimeoutError:
+            what = "no Open within" if first else "session idle for more than"
+            raise status_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{what} {timeout:g}s: closed; {RECONNECT}") from None
 
-    async def _admit(self, request, *, generate: bool = False) -> SessionState:
-        """Takes a session slot and prefills the prompt; refuses when the replica is full."""
-        if self.active_sessions >= self.config.max_sessions:
-            raise status_error(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"replica at capacity ({self.config.max_sessions} sessions): retry later or add replicas",
-            )
-        self.active_sessions += 1
+    async def _admit(self, request, key: ApiKey | None, *, generate: bool = False) -> SessionState:
+        """Validates, takes the session's share of the replica, prefills the prompt chunk by chunk."""
+        state = self.verifier.admit(request, generate=generate)
+        self.admission.acquire(state, key)
         try:
-            session = await self._on_model_thread(self.verifier.start, request, generate=generate)
+            for job in self.verifier.prefill_jobs(state):
+                await self.model.run(job)
         except BaseException:
-            self.active_sessions -= 1
+            # Cancelled mid-prefill (or failed): the cache is freed after the job in flight.
+            self._release(state)
             raise
-        self.metrics.session_opened(generate, self.active_sessions)
-        return session
+        self.metrics.session_opened(generate, self.admission.active, key.key_id if key else "")
+        return state
 
     def _release(self, session: SessionState) -> None:
-        self.active_sessions -= 1
-        self._model_thread.submit(self.verifier.finish, session)  # frees the session's KV cache
-        self.metrics.session_closed(self.active_sessions)
+        self.admission.release(session)
+        self.model.submit(self.verifier.finish, session)  # frees the session's KV cache
+        self.metrics.session_closed(self.admission.active)
 
     # ---- cloud-only generation (the baseline) --------------------------------------------
 
     async def Generate(self, request: pb.GenerateRequest, grpc_context=None):
         session: SessionState | None = None
+        key = None
         try:
-            session = await self._admit(codec.generate_from_proto(request), generate=True)
+            key = self._authenticate(grpc_context)
+            request = _checked(request, "GenerateRequest")
+            session = await self._admit(codec.generate_from_proto(request), key, generate=True)
             while not session.finished:
+                self.admission.quotas.check_tokens(key)
                 verdict = await self.batches.submit(VerifyItem(session, None))
+                self.admission.quotas.charge(key, verdict.emitted)
                 yield pb.GenerateResponse(
                     token_ids=[verdict.next_token],
                     finished=verdict.finish is not Finish.NONE,
                     finish_reason=FINISH_TO_WIRE[verdict.finish],
                 )
         except Exception as exc:
-            raise self._status(grpc_context, exc, "generate") from None
+            if _client_gone(exc):
+                raise
+            raise self._status(grpc_context, exc, "generate", key) from None
         finally:
             if session is not None:
                 self._release(session)
@@ -179,8 +230,14 @@ class VerifierDeployment:
     # ---- unary calls ---------------------------------------------------------------------
 
     async def Info(self, request: pb.InfoRequest, grpc_context=None) -> pb.InfoResponse:
+        """What every client needs; the replica's own diagnostics only to a caller with a key."""
+        try:
+            _checked(request, "InfoRequest")
+            key = self._authenticate(grpc_context, required=False)
+        except ServerError as exc:
+            raise self._status(grpc_context, exc, "info") from None
         limits = self.verifier.limits
-        return pb.InfoResponse(
+        reply = pb.InfoResponse(
             model_id=self.config.model_id,
             tokenizer_fingerprint=limits.tokenizer_fingerprint,
             vocab_size=limits.vocab_size,
@@ -189,69 +246,111 @@ class VerifierDeployment:
             modes=codec.SERVED_MODES,
             max_new_tokens=limits.max_new_tokens,
             version=__version__,
-            target_params=self.verifier.backend.info.params,
-            kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token,
-            replica_rss_bytes=resident_bytes(),
-            active_sessions=self.active_sessions,
             forward_ms=self.forward_ms,
+            decode_ms=self.decode_ms,
             send_ahead=True,
             max_tree_tokens=limits.max_tree_tokens,
         )
+        if key is not None or not self.keys.enabled:
+            info = self.verifier.backend.info
+            reply.target_params, reply.kv_bytes_per_token = info.params, info.kv_bytes_per_token
+            reply.replica_rss_bytes, reply.active_sessions = resident_bytes(), self.admission.active
+        return reply
 
-    async def Check(self, request: health_pb2.HealthCheckRequest, grpc_context=None) -> health_pb2.HealthCheckResponse:
-        known = ("", "edgespec.v1.Speculative")
+    async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:
+        if isinstance(request, Malformed):
+            raise self._fail(grpc_context, grpc.StatusCode.INVALID_ARGUMENT, f"HealthCheckRequest: {request.reason}")
+        known = ("", SPECULATIVE_SERVICE)
         if request.service not in known:
             raise self._fail(grpc_context, grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}; known: {known}")
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
-    async def Watch(self, request: health_pb2.HealthCheckRequest, grpc_context=None):
+    async def List(self, request, grpc_context=None) -> health_pb2.HealthListResponse:
+        serving = health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+        return health_pb2.HealthListResponse(statuses={"": serving, SPECULATIVE_SERVICE: serving})
+
+    async def Watch(self, request, grpc_context=None):
         # A replica that answers is serving; the stream ends rather than hold a request slot.
         yield await self.Check(request, grpc_context)
 
+    async def ServerReflectionInfo(self, requests, grpc_context=None):
+        """Server reflection, v1 and v1alpha (the same messages on the wire), behind the API key."""
+        try:
+            self._authenticate(grpc_context)
+        except ServerError as exc:
+            raise self._status(grpc_context, exc, "reflection") from None
+
+        async def checked():
+            async for request in requests:
+                if isinstance(request, Malformed):
+                    raise self._fail(grpc_context, grpc.StatusCode.INVALID_ARGUMENT, f"ServerReflectionRequest: {request.reason}")
+                yield request
+
+        async for response in self._reflection.ServerReflectionInfo(checked(), grpc_context):
+            yield response
+
     def check_health(self) -> None:
-        """Serve restarts a replica whose engine process died (e.g. killed for memory)."""
-        alive = getattr(self.verifier.backend, "alive", True)
-        if not alive:
+        """Serve restarts a replica whose engine died or whose model thread is stuck."""
+        if not getattr(self.verifier.backend, "alive", True):
             raise RuntimeError("the engine process is not running")
+        busy = self.model.busy_for()
+        if busy > self.config.model_stuck_s:
+            raise RuntimeError(f"the model thread has been running one job for {busy:.0f}s (limit {self.config.model_stuck_s:g}s)")
 
     def __del__(self) -> None:
         verifier = getattr(self, "verifier", None)
         if verifier is not None:
             verifier.shutdown()
 
-    # ---- batching --------------------------------------------------------------------------
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _authenticate(self, grpc_context, *, required: bool = True) -> ApiKey | None:
+        """The caller's key (None without keys configured); UNAUTHENTICATED before any work."""
+        if not self.keys.enabled:
+            if grpc_context is not None and not self.config.allow_unauthenticated and not is_loopback_peer(grpc_context.peer()):
+                raise status_error(grpc.StatusCode.PERMISSION_DENIED, (
+                    f"this verifier has no API keys and serves loopback callers only (you are {grpc_context.peer()}); "
+                    "its operator must configure api_keys_file/api_keys_env or set allow_unauthenticated"))
+            return None
+        metadata = grpc_context.invocation_metadata() if grpc_context is not None else ()
+        if not required and not any(name.lower() in ("authorization", "x-api-key") for name, _ in metadata or ()):
+            return None
+        return self.keys.authenticate(metadata)
 
     def _on_batch(self, items, verdicts) -> None:
-        ms = verdicts[0].verify_ms
-        self.forward_ms = ms if not self.forward_ms else 0.9 * self.forward_ms + 0.1 * ms
-        self.metrics.record_batch(items, verdicts)
+        done = [(item, verdict) for item, verdict in zip(items, verdicts) if not isinstance(verdict, BaseException)]
+        if not done:
+            return
+        ms = done[0][1].verify_ms
+        if all(item.block is None for item, _ in done):  # Generate streams' decoding steps only
+            self.decode_ms = ms if not self.decode_ms else 0.9 * self.decode_ms + 0.1 * ms
+        else:
+            self.forward_ms = ms if not self.forward_ms else 0.9 * self.forward_ms + 0.1 * ms
+        self.metrics.record_batch([item for item, _ in done], [verdict for _, verdict in done])
 
-    async def _on_model_thread(self, fn, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._model_thread, lambda: fn(*args, **kwargs))
-
-    def _status(self, grpc_context, exc: Exception, what: str) -> Exception:
+    def _status(self, grpc_context, exc: Exception, what: str, key: ApiKey | None = None) -> Exception:
         """Turns an exception of a stream into the status its client receives.
 
         A ServerError is the client's to fix and keeps its code; anything else is ours
-        (INTERNAL, logged with its traceback). Cancellation is a BaseException and passes.
+        (INTERNAL, logged with its traceback).
         """
         if isinstance(exc, ServerError):
             code, message = exc.code, exc.details
         else:
             log.exception("%s failed", what)
-            code, message = grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; reopen the session to continue"
-        self.metrics.error(code)
+            code, message = grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; {RECONNECT}"
+        self.metrics.error(code, key.key_id if key else "")
         return self._fail(grpc_context, code, message)
 
     @staticmethod
     def _fail(grpc_context, code: grpc.StatusCode, message: str) -> Exception:
-        """Sets the status the proxy answers with; returns the exception to raise.
+        """Sets the status the ingress answers with; returns the exception to raise.
 
-        NOTE: the exception crosses to the proxy process by pickling, so it is a builtin
-        type: a custom class with a different constructor fails to deserialize there.
+        NOTE: with the proxy ingress the exception crosses to the proxy process by pickling, so
+        it is a builtin type: a custom class with a different constructor fails to deserialize.
         """
         if grpc_context is not None:
             grpc_context.set_code(code)
             grpc_context.set_details(message)
         return RuntimeError(message)
+

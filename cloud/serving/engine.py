@@ -147,10 +147,19 @@ class TargetEngine:
         kv.length = start + len(path)
 
     def trim(self, kv: SessionKV, length: int) -> None:
-        """Rolls a session's cache back to its first ``length`` tokens."""
-        if length < kv.length:
-            kv.cache.crop(length - kv.length)  # crop takes minus the number of tokens to drop
-            kv.length = length
+        """Rolls a session's cache back to its first ``length`` tokens.
+
+        The cache's own length is what counts: a forward that failed midway may have grown some
+        layers without updating ``kv.length``.
+        """
+        actual = 0
+        for layer in kv.cache.layers:
+            if getattr(layer, "is_initialized", False) and layer.keys is not None:
+                cached = layer.keys.shape[-2]
+                actual = max(actual, cached)
+                if cached > length:
+                    layer.crop(length - cached)  # crop takes minus the number of tokens to drop
+        kv.length = min(length, actual)
 
     def _forward_one(self, kv: SessionKV, tokens: list[int], need_logits: bool = True) -> torch.Tensor | None:
         n = len(tokens)

@@ -11,7 +11,8 @@ replica) added. Names, all prefixed ``edgespec_``:
 - ``verify_batch_size`` histogram and ``verify_ms`` histogram: sessions per target forward and
   the forward's time;
 - ``generated_tokens_total`` (tag ``path``: speculative or cloud_only);
-- ``active_sessions`` gauge; ``sessions_total``; ``errors_total`` (tag ``code``);
+- ``active_sessions`` gauge; ``sessions_total`` (tags ``path``, ``key``: the API key's id, never
+  the key); ``errors_total`` (tags ``code``, ``key``; a client that goes away is no error);
 - ``discarded_blocks_total``: sent-ahead blocks whose assumption failed (no forward ran).
 """
 
@@ -42,8 +43,8 @@ class VerifierMetrics:
         self.verify_ms = metrics.Histogram("edgespec_verify_ms", "Target forward + accept rule per batch (ms)", boundaries=MS_BOUNDARIES)
         self.generated = metrics.Counter("edgespec_generated_tokens_total", "Tokens committed", tag_keys=("path",))
         self.active_sessions = metrics.Gauge("edgespec_active_sessions", "Open sessions and Generate calls on the replica")
-        self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path",))
-        self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code",))
+        self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path", "key"))
+        self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code", "key"))
         self.discarded = metrics.Counter("edgespec_discarded_blocks_total", "Sent-ahead blocks discarded (assumption failed)")
 
     def record_batch(self, items: list[VerifyItem], verdicts) -> None:
@@ -83,8 +84,8 @@ class VerifierMetrics:
             if count:
                 self.generated.inc(count, tags={"path": path})
 
-    def session_opened(self, generate: bool, active: int) -> None:
-        self.sessions.inc(tags={"path": "cloud_only" if generate else "speculative"})
+    def session_opened(self, generate: bool, active: int, key_id: str = "") -> None:
+        self.sessions.inc(tags={"path": "cloud_only" if generate else "speculative", "key": key_id})
         self.active_sessions.set(active)
 
     def session_closed(self, active: int) -> None:
@@ -93,6 +94,6 @@ class VerifierMetrics:
     def discarded_block(self) -> None:
         self.discarded.inc()
 
-    def error(self, code) -> None:
-        self.errors.inc(tags={"code": code.name})
+    def error(self, code, key_id: str = "") -> None:
+        self.errors.inc(tags={"code": code.name, "key": key_id})
 

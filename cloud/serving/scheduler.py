@@ -8,8 +8,9 @@ sessions and a 15 ms forward: mean batch 1.8). Here a batch is only gathered onc
 free: whatever queued during the last forward, plus, for at most ``wait_s``, the sessions that
 are about to come back, until every open session is in (a lone session never waits).
 
-One exception from a forward reaches every caller of that batch, and so does a batch that
-returns other than one result per caller (pairing results by position would otherwise leave
+One exception from the batch function reaches every caller of that batch; a result that is an
+exception reaches only its own caller. A batch that returns other than one result per caller
+fails them all (pairing results by position would otherwise leave
 callers waiting forever, or hand a session another session's verdict).
 """
 
@@ -93,5 +94,9 @@ class BatchScheduler(Generic[Item, Result]):
             if self._on_batch is not None:
                 self._on_batch(items, results)
             for (_, future), result in zip(live, results):
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):  # that item alone failed (see Verifier.step)
+                    future.set_exception(result)
+                else:
                     future.set_result(result)

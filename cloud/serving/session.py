@@ -109,6 +109,8 @@ class SessionState:
     # under which a block sent ahead of its verdict extends exactly what is committed.
     last_full: bool = False
     kv: object = None  # the engine's per-session cache handle
+    key: object = None  # the API key it was opened with (auth.ApiKey), None without keys
+    reserved_bytes: int = 0  # the KV cache admission reserved for it (0: not admitted)
 
     @property
     def finished(self) -> bool:

@@ -16,14 +16,20 @@ generation, the baseline) shares the same batched forward as speculative session
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 from edgespec.cloud.serving.accept import Row
 from edgespec.cloud.serving.backend import make_backend
+from edgespec.cloud.serving.engine import PREFILL_CHUNK
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, open_session, settle
 from edgespec.edge.params import Finish
+
+log = logging.getLogger("ray.serve")
 
 
 @dataclass
@@ -66,11 +72,26 @@ class Verifier:
         )
         self._keys = itertools.count(1)
 
-    def start(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
-        """Validates the request and prefills the prompt (all but its last token)."""
+    def admit(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
+        """Validates the request and names the session's cache; touches no model (any thread)."""
         state = open_session(request, self.limits, generate=generate)
         state.kv = next(self._keys)
-        self.backend.open(state.kv, state.committed[:-1])
+        return state
+
+    def prefill_jobs(self, state: SessionState) -> list[Callable[[], None]]:
+        """The model-thread jobs that build the session's cache over the prompt (all but its last
+        token), one forward each: between them the replica verifies other sessions' drafts."""
+        prefix = state.committed[:-1]
+        jobs: list[Callable[[], None]] = [partial(self.backend.open, state.kv, [])]
+        for start in range(0, len(prefix), PREFILL_CHUNK):
+            jobs.append(partial(self.backend.extend, state.kv, prefix[start : start + PREFILL_CHUNK]))
+        return jobs
+
+    def start(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
+        """``admit`` and every prefill job, in this thread."""
+        state = self.admit(request, generate=generate)
+        for job in self.prefill_jobs(state):
+            job()
         return state
 
     def finish(self, state: SessionState) -> None:
@@ -79,10 +100,27 @@ class Verifier:
             self.backend.close(state.kv)
             state.kv = None
 
-    def step(self, items: list[VerifyItem]) -> list[Verdict]:
+    def step(self, items: list[VerifyItem]) -> list[Verdict | Exception]:
+        """Verifies a batch. When the batch forward fails, each session is verified alone, so
+        a row that fails (its result is the exception) fails only its own session."""
         started = time.perf_counter()
-        raw = self.backend.verify([item.row() for item in items])
+        try:
+            raw = self.backend.verify([item.row() for item in items])
+        except Exception as exc:
+            if len(items) == 1:
+                raise
+            log.warning("a batch of %d failed (%r): verifying its sessions one by one", len(items), exc)
+            return [self._step_alone(item) for item in items]
         verify_ms = (time.perf_counter() - started) * 1000.0
+        return self._settle(items, raw, verify_ms)
+
+    def _step_alone(self, item: VerifyItem) -> Verdict | Exception:
+        try:
+            return self.step([item])[0]
+        except Exception as exc:
+            return exc
+
+    def _settle(self, items: list[VerifyItem], raw, verify_ms: float) -> list[Verdict]:
         verdicts = []
         for item, outcome in zip(items, raw):
             state = item.state

@@ -1,4 +1,5 @@
-"""cluster/: the `ray up` configs pass Ray's schema and the Serve configs build the application."""
+"""cluster/: the `ray up` configs pass Ray's schema, the Serve configs build the application, and
+the production layout exposes nothing but TLS."""
 
 from __future__ import annotations
 
@@ -26,6 +27,42 @@ def test_serve_configs_build_the_application(name, tmp_path):
     (app,) = config["applications"]
     (tmp_path / "config.json").write_text("{}")  # a model directory as far as the config can tell
     args = {**app["args"], "model": str(tmp_path)}
+    if "api_keys_file" in args:
+        keys = tmp_path / "keys.yaml"
+        keys.write_text("keys: []\n")
+        args["api_keys_file"] = str(keys)
     assert build(args) is not None
     with pytest.raises(ValueError, match=r"unknown setting\(s\) \[.max_batchsize.\] for VerifierConfig"):
         build({**args, "max_batchsize": 3})
+
+
+def test_the_production_layout_exposes_only_tls():
+    cluster = yaml.safe_load((REPO / "cluster" / "ray-cluster.yaml").read_text())
+    (rule,) = cluster["provider"]["security_group"]["IpPermissions"]
+    assert (rule["FromPort"], rule["ToPort"]) == (443, 443)
+    head = " ".join(cluster["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head and "RAY_SERVE_ENABLE_HA_PROXY=1" in head
+    assert "RAY_SERVE_ENABLE_HA_PROXY=1" in " ".join(cluster["worker_start_ray_commands"])
+    serve = yaml.safe_load((REPO / "cluster" / "serve.yaml").read_text())
+    assert serve["http_options"]["host"] == "127.0.0.1"  # the ingress listens on loopback, behind TLS
+    assert serve["applications"][0]["args"]["api_keys_file"]
+    assert serve["grpc_options"]["enable_reflection"] is False
+
+
+def test_the_tls_terminator_config_is_the_one_edgespec_serve_runs(tmp_path):
+    import subprocess
+
+    from edgespec.cloud.serving.tls import haproxy_binary, render_config
+
+    text = (REPO / "cluster" / "haproxy-tls.cfg").read_text()
+    body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#") or line.startswith("    #"))
+    assert body == render_config(listen="*:443", pem="/etc/haproxy/certs/edgespec.pem", upstream="127.0.0.1:9000")
+    from helpers.tls import make_ca_and_server_cert
+
+    certs = make_ca_and_server_cert(tmp_path)
+    pem = tmp_path / "server.pem"
+    pem.write_bytes(certs["cert"].read_bytes() + certs["key"].read_bytes())
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(text.replace("/etc/haproxy/certs/edgespec.pem", str(pem)))  # checked, not started
+    check = subprocess.run([haproxy_binary(), "-c", "-f", str(config)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr

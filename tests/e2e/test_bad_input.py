@@ -6,14 +6,12 @@ checks that every one of its outputs equals the target's own greedy output.
 
 from __future__ import annotations
 
-import queue
-import threading
 
 import grpc
 import pytest
-from helpers import PROMPTS, reference_greedy, start_server, stop_server
+from helpers import reference_greedy, start_server, stop_server
+from helpers.raw import Session, healthy_device, open_msg
 
-from edgespec.edge.client import EdgeClient
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
@@ -53,45 +51,7 @@ def info(stub):
 @pytest.fixture(scope="module")
 def healthy(server, target_model):
     """Generates continuously on another thread while the bad inputs arrive."""
-    stop = threading.Event()
-    results, errors = [], []
-
-    def loop():
-        try:
-            with EdgeClient(server.address, server.pair.draft_dir) as client:
-                ids = client.encode(PROMPTS[0])
-                while not stop.is_set():
-                    results.append((ids, client.generate(ids, max_new_tokens=40, k=2, stop_token_ids=()).token_ids))
-        except Exception as exc:  # surfaced by the last test
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield stop, thread, results, errors
-
-
-class Session:
-    """A raw bidi stream: send messages one by one, read replies with a deadline."""
-
-    def __init__(self, stub):
-        self._requests: queue.Queue = queue.Queue()
-        self._replies = stub.Session(iter(self._requests.get, None), timeout=60)
-
-    def send(self, **kind) -> None:
-        self._requests.put(pb.SessionRequest(**kind))
-
-    def reply(self) -> pb.SessionResponse:
-        return next(self._replies)
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self._replies.cancel()
-
-
-def open_msg(info, **overrides) -> pb.Open:
-    fields = dict(prompt_ids=[5, 6, 7], mode=pb.VERIFY_MODE_GREEDY, tokenizer_fingerprint=info.tokenizer_fingerprint)
-    fields.update(overrides)
-    return pb.Open(**fields)
+    yield healthy_device(server)
 
 
 def expect_status(session: Session, code: grpc.StatusCode, *fragments: str) -> str:

@@ -134,3 +134,20 @@ def test_generate_cloud_resumes_through_a_link_that_resets(server, target_model)
             result = client.generate_cloud(ids, max_new_tokens=150, stop_token_ids=())
         assert link.resets >= 1
     assert result.token_ids == expected and result.stats.resumes >= 1
+
+
+def test_a_replayed_device_makes_the_rounds_the_real_one_makes(server, target_model):
+    """bench links' capacity replays devices: same rounds as the SDK with the same k, exact output."""
+    from edgespec.cloud.bench.replay import make_scripts, measure_replay
+
+    with EdgeClient(server.address, server.pair.draft_dir) as client:
+        scripts = make_scripts(client, PROMPTS[:2], 32)
+        real = [client.generate(s.prompt_ids, max_new_tokens=32, k=4, send_ahead=1, speculate=True, stop_token_ids=())
+                for s in scripts]
+        fingerprint = client.info().tokenizer_fingerprint
+    for script, result in zip(scripts, real):
+        assert script.output == result.token_ids == reference_greedy(target_model, script.prompt_ids, 32)
+        row = measure_replay(server.address, fingerprint, [script], 1, 4)
+        assert row.exact and row.tau == pytest.approx(32 / result.stats.rounds)
+    many = measure_replay(server.address, fingerprint, scripts, 4, 4)
+    assert many.exact and many.speculative_tokens_per_s > 0 and many.cloud_only_tokens_per_s > 0

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.manifest import DraftManifest, past_input_names, present_output_names
 from edgespec.edge.sampling import SamplingParams, round_rng
 
@@ -73,6 +74,24 @@ def test_propose_runs_k_forwards_and_leaves_the_last_draft_pending(draft_dir, pr
     for _ in range(K):
         context.append(int(draft.logits_for_context(context)[-1].argmax()))
     assert context == draft.tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lookup", [None, LookupConfig()], ids=["model", "lookup"])
+def test_observe_predicts_what_propose_would_have_drafted_at_each_token(draft_dir, prompt, lookup):
+    """Tokens streamed by the cloud: observe returns, for each, the token a one-draft proposal
+    from the context before it gives, and leaves the context (and a usable cache) after them."""
+    draft, fresh = new_draft(draft_dir, prompt), new_draft(draft_dir)
+    streamed = [(t * 7 + 3) % draft.vocab_size for t in prompt[:5]] + prompt[:6]  # a repeat, for lookup
+    predicted = draft.observe(streamed[:4], lookup) + draft.observe(streamed[4:], lookup)  # two chunks
+    expected = []
+    for i in range(len(streamed)):
+        fresh.reset(prompt + streamed[:i])
+        expected.append(fresh.propose(1, lookup=lookup).tokens[0])
+    assert predicted == expected
+    assert draft.tokens == prompt + streamed and draft.cache_len == len(draft.tokens) - 1
+    fresh.reset(prompt + streamed)
+    assert draft.propose(K, lookup=lookup).tokens == fresh.propose(K, lookup=lookup).tokens
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def test_speculation_is_left_when_it_measures_slower_than_cloud_only():
     planner.begin(Path.SPECULATIVE)
     speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=2)
     assert not planner.should_switch(Path.SPECULATIVE, 100)  # too few rounds in this segment
-    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=4)
+    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=6)
     assert planner.should_switch(Path.SPECULATIVE, 100)
     assert not planner.should_switch(Path.SPECULATIVE, 3)  # nothing left to gain
 
@@ -101,3 +101,51 @@ def test_bad_settings():
         Planner("sometimes")
     with pytest.raises(ValueError, match="margin"):
         Planner(margin=1.5)
+
+
+def test_tokens_the_draft_predicted_on_a_stream_replay_as_rounds():
+    planner = Planner()
+    planner.begin(Path.CLOUD_ONLY)
+    # k=3: hit hit miss | hit hit hit (bonus) | miss | hit
+    planner.record_shadow([True, True, False, True, True, True, False, False], 3)
+    assert [tokens for tokens, _ in planner.est.tokens_per_round.samples] == [3, 4, 1]
+    planner.record_shadow([True], 3)  # the run carries across chunks: nothing ends yet
+    assert len(planner.est.tokens_per_round) == 3
+
+
+def test_a_stream_the_draft_predicts_well_brings_speculation_back():
+    planner = Planner()
+    speculating(planner, rtt=20.0, forward=15.0, tokens=2)  # hard text: 18.5 ms/token
+    planner.begin(Path.CLOUD_ONLY)
+    planner.record_cloud_rate(12.0 * 20, 20)  # the stream: 12 ms a token
+    planner.record_rtt(20.0)
+    assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # what was measured says: stay
+    planner.record_shadow([True] * 8 * 9, 8)  # the draft now predicts every token
+    assert planner.should_switch(Path.CLOUD_ONLY, 200)  # (20 + 15 + 2) / 9 = 4.1 ms/token
+    assert planner.first_path(200) is Path.SPECULATIVE  # and the next generation starts there
+
+
+def test_a_switch_must_repay_its_cost():
+    planner = Planner()
+    speculating(planner, rtt=60.0, forward=15.0, tokens=4)  # 19.25 ms/token
+    planner.begin(Path.SPECULATIVE)
+    speculating(planner, rtt=60.0, forward=15.0, tokens=4)
+    planner.record_cloud_rate(15.0 * 20, 20)
+    assert planner.switch_cost_ms() == pytest.approx(60.0 + 30.0, rel=0.05)
+    assert planner.should_switch(Path.SPECULATIVE, 100)  # 100 x 4.25 ms gained
+    assert not planner.should_switch(Path.SPECULATIVE, 30)  # 30 x 4.25 = 128 ms < 2 x 90
+
+
+def test_predictions_learn_how_far_the_measurement_was_from_them():
+    planner = Planner()
+    planner.begin(Path.SPECULATIVE)
+    planner.record_round(wall_ms=900.0, wait_ms=880.0, forward_ms=15.0, tokens=4)  # the Open's round: not the rate
+    for rtt in (20.0, 20.0, 120.0, 20.0, 20.0, 20.0, 20.0, 20.0):  # one loss stall: trimmed, the median misses it
+        planner.record_round(wall_ms=rtt + 15.0 + 2.0, wait_ms=rtt + 15.0, forward_ms=15.0, tokens=4)
+    assert planner.est.rtt_ms.value == 20.0 and planner.est.spec_bias == pytest.approx(1.0)
+    assert planner.est.spec.trimmed == pytest.approx(37.0 / 4)
+    for rtt in (120.0, 20.0, 20.0, 120.0):  # stalls are frequent now: the prediction learns them
+        planner.record_round(wall_ms=rtt + 15.0 + 2.0, wait_ms=rtt + 15.0, forward_ms=15.0, tokens=4)
+    window = [20.0] * 6 + [120.0]  # the last 8 round trips, the slowest dropped
+    assert planner.est.spec_bias == pytest.approx((sum(window) / 7 + 17.0) / (20.0 + 17.0), rel=0.01)
+    assert planner.predicted_speculative() == pytest.approx(planner.est.spec_bias * planner.predicted_speculative(corrected=False))

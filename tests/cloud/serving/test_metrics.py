@@ -59,4 +59,6 @@ def test_a_batch_is_counted_per_mode_position_and_path(monkeypatch):
     generated = {tags["path"]: value for value, tags in log["edgespec_generated_tokens_total"]}
     assert generated == {"speculative": 4, "cloud_only": 1}
     recorder.error(grpc.StatusCode.INVALID_ARGUMENT)
-    assert log["edgespec_errors_total"] == [(1.0, {"code": "INVALID_ARGUMENT"})]
+    assert log["edgespec_errors_total"] == [(1.0, {"code": "INVALID_ARGUMENT", "key": ""})]
+    recorder.error(grpc.StatusCode.RESOURCE_EXHAUSTED, "k_3f2a")
+    assert log["edgespec_errors_total"][-1] == (1.0, {"code": "RESOURCE_EXHAUSTED", "key": "k_3f2a"})

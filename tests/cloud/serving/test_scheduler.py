@@ -82,3 +82,30 @@ def test_invalid_settings():
         BatchScheduler(None, max_batch_size=0, wait_s=0, expected=lambda: 1)
     with pytest.raises(ValueError):
         BatchScheduler(None, max_batch_size=1, wait_s=-1, expected=lambda: 1)
+
+
+def test_a_result_that_is_an_exception_reaches_only_its_caller():
+    async def run(items):
+        return [ValueError(f"row {item} failed") if item == 2 else item * 10 for item in items]
+
+    async def main():
+        scheduler = BatchScheduler(run, max_batch_size=8, wait_s=0.05, expected=lambda: 3)
+        return await asyncio.gather(*(scheduler.submit(i) for i in (1, 2, 3)), return_exceptions=True)
+
+    one, two, three = asyncio.run(main())
+    assert (one, three) == (10, 30) and isinstance(two, ValueError) and "row 2" in str(two)
+
+
+@pytest.mark.parametrize("returned", [[10], [10, 20, 30], "not a list"])
+def test_a_batch_with_the_wrong_number_of_results_fails_every_caller(returned):
+    from edgespec.cloud.serving.scheduler import BatchSizeMismatch
+
+    async def run(items):
+        return returned
+
+    async def main():
+        scheduler = BatchScheduler(run, max_batch_size=8, wait_s=0.05, expected=lambda: 2)
+        return await asyncio.wait_for(asyncio.gather(*(scheduler.submit(i) for i in (1, 2)), return_exceptions=True), 5)
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, BatchSizeMismatch) for r in results), results

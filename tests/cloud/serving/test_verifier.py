@@ -26,6 +26,9 @@ class ScriptedBackend:
     def open(self, key, prefix):
         self.opened[key] = list(prefix)
 
+    def extend(self, key, tokens):
+        self.opened[key] += tokens
+
     def close(self, key):
         self.closed.append(key)
 
@@ -129,3 +132,44 @@ def test_a_fully_accepted_chain_lets_the_next_block_go_ahead(config):
 def test_trees_are_off_where_the_model_cannot_verify_them(config):
     verifier = Verifier(config, ScriptedBackend([]))  # can_verify_trees defaults to False
     assert verifier.limits.max_tree_tokens == 0
+
+
+class FailingRowBackend(ScriptedBackend):
+    """A batch forward fails when a given session is in it; alone, the others are fine."""
+
+    def __init__(self, bad_key):
+        super().__init__([])
+        self.bad_key = bad_key
+
+    def verify(self, rows):
+        self.batches.append(rows)
+        if any(row.key == self.bad_key for row in rows):
+            raise ValueError(f"row of session {self.bad_key} failed")
+        return [Outcome(0, 42) for _ in rows]
+
+
+def test_a_failing_row_fails_only_its_own_session(config):
+    backend = FailingRowBackend(bad_key=2)
+    verifier = Verifier(config, backend)
+    a, b, c = (verifier.start(request([1, 2])) for _ in range(3))
+    assert b.kv == 2
+    results = verifier.step([VerifyItem(s, DraftBlock(0, [5])) for s in (a, b, c)])
+    assert isinstance(results[1], ValueError)
+    assert results[0].next_token == 42 and results[2].next_token == 42
+    assert a.committed == [1, 2, 42] and b.committed == [1, 2] and c.committed == [1, 2, 42]
+    assert [len(batch) for batch in backend.batches] == [3, 1, 1, 1]  # the batch, then each alone
+
+
+def test_prefill_is_one_job_per_chunk(config):
+    from edgespec.cloud.serving.engine import PREFILL_CHUNK
+
+    backend = ScriptedBackend([])
+    backend.info = BackendInfo(vocab_size=50, max_context=4096, tokenizer_fingerprint="fp", params=1, kv_bytes_per_token=8, description={})
+    calls = []
+    backend.extend = lambda key, tokens: calls.append(len(tokens))
+    verifier = Verifier(config, backend)
+    state = verifier.admit(request([1 + i % 40 for i in range(PREFILL_CHUNK * 2 + 11)]))
+    jobs = verifier.prefill_jobs(state)
+    for job in jobs:
+        job()
+    assert len(jobs) == 1 + 3 and calls == [PREFILL_CHUNK, PREFILL_CHUNK, 10]  # open, then three chunks

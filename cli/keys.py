@@ -1,0 +1,71 @@
+"""``edgespec keys``: manage the verifier's API keys file (the key itself is printed once, never stored).
+
+    edgespec keys new --file keys.yaml --id fleet-a [--max-sessions 32] [--tokens-per-minute 200000]
+    edgespec keys list --file keys.yaml
+    edgespec keys revoke --file keys.yaml --id fleet-a
+
+A running verifier re-reads the file when it changes (cloud/serving/auth.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from edgespec.cloud.serving.auth import ApiKey, digest, new_key, parse_keys
+from edgespec.edge.settings import load_settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("new", "list", "revoke"))
+    parser.add_argument("--file", type=Path, required=True, help="the keys file (YAML or JSON); created by `new`")
+    parser.add_argument("--id", dest="key_id", help="the key's id (logs and metrics show it, never the key)")
+    parser.add_argument("--max-sessions", type=int, default=0, help="new: concurrent sessions per replica (0 = no limit)")
+    parser.add_argument("--tokens-per-minute", type=int, default=0, help="new: tokens per minute per replica (0 = no limit)")
+
+
+def _read(path: Path) -> list[ApiKey]:
+    if not path.exists():
+        return []
+    return list(parse_keys(load_settings(path), str(path)).values())
+
+
+def _write(path: Path, keys: list[ApiKey]) -> None:
+    import yaml
+
+    entries = [{"id": k.key_id, "sha256": k.sha256, "max_sessions": k.max_sessions, "tokens_per_minute": k.tokens_per_minute}
+               for k in keys]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump({"keys": entries}, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)  # atomic: a verifier re-reading it never sees half a file
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        keys = _read(args.file)
+        if args.action == "list":
+            for key in keys:
+                print(f"{key.key_id}\tmax_sessions={key.max_sessions}\ttokens_per_minute={key.tokens_per_minute}")
+            return 0
+        if not args.key_id:
+            raise ValueError(f"{args.action} needs --id")
+        if args.action == "revoke":
+            kept = [k for k in keys if k.key_id != args.key_id]
+            if len(kept) == len(keys):
+                raise ValueError(f"no key with id {args.key_id!r} in {args.file}")
+            _write(args.file, kept)
+            print(f"revoked {args.key_id}")
+            return 0
+        if any(k.key_id == args.key_id for k in keys):
+            raise ValueError(f"{args.file} already has a key {args.key_id!r}: revoke it first, or pick another id")
+        key = new_key()
+        _write(args.file, keys + [ApiKey(args.key_id, digest(key), args.max_sessions, args.tokens_per_minute)])
+    except ValueError as exc:
+        print(f"edgespec keys: {exc}", file=sys.stderr)
+        return 2
+    print(key)
+    print(f"(key {args.key_id!r} added to {args.file}; this is the only time it is shown: give it to the devices, "
+          "e.g. EDGESPEC_API_KEY)", file=sys.stderr)
+    return 0

