@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("run the verifier on Ray Serve (gRPC ingress)", "cloud"),
     "keys": ("manage the verifier's API keys file", "cloud"),
     "generate": ("generate text: ONNX draft on this device, target in the cloud", "edge"),
+    "device-server": ("an OpenAI-compatible HTTP server on the device, speculating with the cloud", "edge"),
     "export-draft": ("export a Hugging Face causal LM to an ONNX draft", "cloud"),
     "distill": ("align a draft to a target by distillation", "cloud"),
     "evaluate": ("offline figures of a draft/target pair: losses, alpha, simulated acceptance", "cloud"),

@@ -6,6 +6,7 @@
     edgespec bench ingress --target DIR --draft DIR --prompts FILE --ingresses haproxy,proxy,direct
     edgespec bench load --target DIR --draft DIR --sessions 64 --rounds 200
     edgespec bench kill --target DIR --draft DIR --max-new-tokens 300
+    edgespec bench device-server --target DIR --draft DIR --prompts FILE
 
 Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
 an existing deployment is measured (its target must be the one --target names).
@@ -23,11 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "ingress", "load", "kill"),
+    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "ingress", "load", "kill", "device-server"),
                         help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network "
                              "profile; ingress: Serve's gRPC ingresses side by side; load: many raw sessions, outputs "
                              "checked, latency and memory before/during/after; kill: a replica SIGKILLed under a "
-                             "generating device")
+                             "generating device; device-server: the OpenAI-compatible device server against the SDK")
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
     parser.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
@@ -75,7 +76,17 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "links":
         return _links(args, prompts, out, progress)
     if args.what in ("load", "kill"):
-        return _robustness(args, out, progress)
+        return _robustness(args, prompts, out, progress)
+    if args.what == "device-server":
+        import json
+
+        from edgespec.cloud.bench.device_server import run_device_bench
+
+        report = run_device_bench(args.target, args.draft, prompts, args.max_new_tokens, args.server, progress)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "device_server.json").write_text(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2))
+        return 0
     from edgespec.cloud.bench.report import summary_lines, write_report
     from edgespec.cloud.bench.workflow import BenchConfig, run_bench
 
@@ -131,18 +142,18 @@ def _ingress(args, prompts, out, progress) -> int:
     return 0
 
 
-def _robustness(args, out, progress) -> int:
+def _robustness(args, prompts, out, progress) -> int:
     import json
 
     from edgespec.cloud.bench import robustness
 
     if args.what == "load":
         report = robustness.run_load(robustness.LoadConfig(
-            target=args.target, draft=args.draft, sessions=max(int(n) for n in args.sessions.split(",")),
+            target=args.target, draft=args.draft, prompts=prompts, sessions=max(int(n) for n in args.sessions.split(",")),
             rounds=args.rounds, k=int(args.k), api_key=args.api_key), progress)
     else:
         report = robustness.run_kill(robustness.KillConfig(
-            target=args.target, draft=args.draft, max_new_tokens=args.max_new_tokens), progress)
+            target=args.target, draft=args.draft, prompts=prompts, max_new_tokens=args.max_new_tokens), progress)
     path = robustness.write(report, out, args.what)
     print(json.dumps(report, indent=2, default=str))
     print(f"\n{args.what} report: {path}")

@@ -43,7 +43,7 @@ from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import SparseDist, probs_from_logits, round_rng, sample, truncate_top_n
-from edgespec.edge.tokenizer import fingerprint, load_tokenizer
+from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_fingerprint, load_tokenizer
 
 
 @dataclass
@@ -92,10 +92,13 @@ class DraftModel:
         self.model_dir = Path(model_dir)
         self.manifest: DraftManifest = DraftManifest.load(self.model_dir)
         self.tokenizer: Tokenizer = load_tokenizer(self.model_dir)
-        if fingerprint(self.tokenizer) != self.manifest.tokenizer_fingerprint:
+        current, recorded = fingerprint(self.model_dir), self.manifest.tokenizer_fingerprint
+        if not is_current_scheme(recorded) and legacy_fingerprint(self.tokenizer) == recorded:
+            self.manifest.tokenizer_fingerprint = recorded = current  # exported before scheme tok1: same tokenizer
+        if current != recorded:
             raise ValueError(
-                f"{self.model_dir / 'tokenizer.json'} has fingerprint {fingerprint(self.tokenizer)}, but the "
-                f"draft was exported with {self.manifest.tokenizer_fingerprint}; re-export the draft"
+                f"{self.model_dir / 'tokenizer.json'} has fingerprint {current}, but the "
+                f"draft was exported with {recorded}; re-export the draft"
             )
         self.vocab_size: int = self.manifest.vocab_size
         self.session = self._open_session(threads, providers)

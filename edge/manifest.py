@@ -11,6 +11,10 @@ describes the graph's contract, so the device never has to guess it from the ONN
   ``present.{i}.value`` [1, num_kv_heads, past + n, head_dim].
 - *parity*: the largest |logit difference| between ONNX Runtime and the torch source model
   measured at export, so a device can tell how faithful its copy is.
+- *graph* (format 2): the same contract spelled out for a runtime in any language: every input
+  and output with its dtype and shape (symbolic dims ``n``, ``past``, ``past + n``), the KV layout,
+  the position ids, the first call and the drafting loop (docs/manifest.schema.json is its JSON
+  Schema). Format 1 manifests (no graph) are read and described the same way.
 
 The tokenizer fingerprint (see ``edgespec.edge.tokenizer``) ties the draft to the
 tokenizer it was trained with; the verifier refuses a session whose fingerprint differs.
@@ -24,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: before the graph section (it is derived on load)
 KV_DTYPES = ("float32", "float16")
 
 
@@ -58,12 +63,13 @@ class DraftManifest:
     parity_steps: int = 0
     exporter: str = ""  # e.g. "torch.onnx dynamo, torch 2.13.0, transformers 5.24.0"
     format_version: int = FORMAT_VERSION
+    graph: dict = field(default_factory=dict)  # format 2: the graph's contract, spelled out
 
     def __post_init__(self) -> None:
-        if self.format_version != FORMAT_VERSION:
+        if self.format_version not in READABLE_VERSIONS:
             raise ValueError(
                 f"manifest format_version {self.format_version} is not supported (this edgespec "
-                f"reads version {FORMAT_VERSION}); re-export the draft with this version"
+                f"reads versions {READABLE_VERSIONS}); re-export the draft with this version"
             )
         for name in ("vocab_size", "num_layers", "num_kv_heads", "head_dim", "max_positions", "opset"):
             value = getattr(self, name)
@@ -96,6 +102,40 @@ class DraftManifest:
             raise ValueError(f"manifest eos_token_ids {bad} are outside the vocabulary [0, {self.vocab_size})")
         if not self.parity_max_abs_diff >= 0.0:  # NOTE: also rejects NaN
             raise ValueError(f"manifest parity_max_abs_diff must be >= 0, got {self.parity_max_abs_diff!r}")
+        described = self.describe_graph()
+        if self.graph and self.graph != described:
+            raise ValueError("manifest graph does not match its names, dims and kv_dtype (edited by hand?); re-export the draft")
+        self.graph, self.format_version = described, FORMAT_VERSION
+
+    def describe_graph(self) -> dict:
+        """The graph's inputs, outputs and calling convention, as written in format 2."""
+        heads, dim, kv = self.num_kv_heads, self.head_dim, self.kv_dtype
+
+        def cache(name: str, length: str, what: str) -> dict:
+            return {"name": name, "dtype": kv, "shape": [1, heads, length, dim], "doc": what}
+
+        inputs = [
+            {"name": self.ids_input, "dtype": "int64", "shape": [1, "n"], "doc": "the n tokens fed: the context not yet cached"},
+            {"name": self.positions_input, "dtype": "int64", "shape": [1, "n"],
+             "doc": "absolute positions of those tokens: past, past + 1, ..., past + n - 1"},
+        ] + [cache(name, "past", f"layer {i // 2}'s cached {'keys' if i % 2 == 0 else 'values'} of positions 0 .. past - 1")
+             for i, name in enumerate(self.past_inputs)]
+        outputs = [
+            {"name": self.logits_output, "dtype": "float32", "shape": [1, "n", self.vocab_size],
+             "doc": "next-token logits after each fed position (the last row predicts the next token)"},
+        ] + [cache(name, "past + n", "the same cache with the n fed positions appended: the next call's past")
+             for name in self.present_outputs]
+        return {
+            "inputs": inputs,
+            "outputs": outputs,
+            "dims": {"n": "tokens fed in this call, >= 1", "past": "positions already cached, >= 0"},
+            "kv_layout": "per layer, key then value; [batch 1, kv heads, positions, head dim]",
+            "first_call": f"past inputs of length 0: shape [1, {heads}, 0, {dim}]",
+            "drafting": "feed the context not yet cached; the argmax (or a sample) of the last logits row is the next "
+                        "draft; append it and feed it alone for the one after; the block's last draft is not fed. "
+                        "Rolling back to m tokens keeps cache positions 0 .. m - 1.",
+            "max_positions": self.max_positions,
+        }
 
     # The fixed layout of the name lists (see the module docstring).
     @property

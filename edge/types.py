@@ -25,6 +25,14 @@ class ServerInfo:
     active_sessions: int = 0
     forward_ms: float = 0.0  # the replica's recent forward + accept time (0: not measured yet)
     decode_ms: float = 0.0  # the replica's recent decoding step of a Generate stream (0: not measured yet)
+    max_sessions: int = 0  # limits (0: not told by an older server)
+    free_sessions: int = 0
+    session_idle_timeout_s: float = 0.0
+    first_message_timeout_s: float = 0.0
+    default_max_new_tokens: int = 0
+    max_message_bytes: int = 0
+    max_q_entries: int = 0
+    auth_required: bool = False
     send_ahead: bool = False  # the verifier accepts blocks sent ahead of the previous verdict
     max_tree_tokens: int = 0  # most tokens of a tree draft (0: chains only)
 

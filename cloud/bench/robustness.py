@@ -34,10 +34,11 @@ from edgespec.cloud.bench.ingress import percentile
 class LoadConfig:
     target: Path
     draft: Path
+    prompts: list[str]
     sessions: int = 64
     rounds: int = 200
     k: int = 4
-    prompts: int = 8  # distinct prompts (sessions share them: equal outputs are expected)
+    distinct_prompts: int = 8  # sessions share them: equal outputs are expected
     api_key: str | None = None
 
 
@@ -80,13 +81,13 @@ def run_load(config: LoadConfig, progress: Callable[[str], None] = print) -> dic
     import torch
     from transformers import AutoModelForCausalLM
 
-    from edgespec.cloud.bench.harness import Harness, load_prompts
+    from edgespec.cloud.bench.harness import Harness
     from edgespec.edge.tokenizer import load_tokenizer
     from edgespec.v1 import speculative_pb2 as pb
     from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
     metadata = (("authorization", f"Bearer {config.api_key}"),) if config.api_key else None
-    texts = load_prompts(Path(__file__).resolve().parents[2] / "prompts" / "heldout.jsonl", config.prompts)
+    texts = config.prompts[: config.distinct_prompts]
     tokenizer = load_tokenizer(config.target)
     prompts = [tokenizer.encode(t).ids[-64:] for t in texts]
     with Harness(config.target, config.draft, max_sessions=config.sessions + 8, progress=progress) as harness:
@@ -163,7 +164,7 @@ def run_load(config: LoadConfig, progress: Callable[[str], None] = print) -> dic
             references[tuple(prompt)][len(output)] = ids[0, len(prompt):].tolist()
         exact += output == references[tuple(prompt)][len(output)]
     return {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items() if k != "api_key"},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items() if k not in ("api_key", "prompts")},
         "sessions": config.sessions,
         "rounds": config.rounds,
         "outputs_exact": exact,
@@ -178,6 +179,7 @@ def run_load(config: LoadConfig, progress: Callable[[str], None] = print) -> dic
 class KillConfig:
     target: Path
     draft: Path
+    prompts: list[str]
     max_new_tokens: int = 300
     kill_after_tokens: int | None = None  # default: a third of max_new_tokens
     replicas: int = 2
@@ -213,10 +215,10 @@ def run_kill(config: KillConfig, progress: Callable[[str], None] = print) -> dic
     import torch
     from transformers import AutoModelForCausalLM
 
-    from edgespec.cloud.bench.harness import Harness, load_prompts
+    from edgespec.cloud.bench.harness import Harness
     from edgespec.edge.client import EdgeClient
 
-    prompt = load_prompts(Path(__file__).resolve().parents[2] / "prompts" / "heldout.jsonl", 1)[0]
+    prompt = config.prompts[0]
     with Harness(config.target, config.draft, replicas=config.replicas, progress=progress) as harness:
         with EdgeClient(harness.server, config.draft, max_retries=20, timeout=30) as client:
             ids = client.encode(prompt)
@@ -246,7 +248,7 @@ def run_kill(config: KillConfig, progress: Callable[[str], None] = print) -> dic
         reference = model.generate(torch.tensor([ids]), max_new_tokens=config.max_new_tokens, min_new_tokens=config.max_new_tokens,
                                    do_sample=False, pad_token_id=0)[0, len(ids):].tolist()
     return {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items() if k != "prompts"},
         "victim": victim,
         "outage_s": outage,
         "outage_started_after_kill_s": at - killed_at if killed_at else None,

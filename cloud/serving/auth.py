@@ -22,11 +22,13 @@ message. Quotas are counted per replica (a fleet-wide limit needs a shared store
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections import deque
@@ -242,7 +244,9 @@ def is_unauthenticated(error: BaseException) -> bool:
 
 def is_loopback_peer(peer: str | None) -> bool:
     """Whether a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:...") is
-    this machine. An empty or unknown peer counts as remote."""
+    this machine: a loopback address, or one of this host's own interface addresses (a local
+    client that dialled the node IP, as a replica's own port is reached). An empty or unknown
+    peer counts as remote."""
     import ipaddress
 
     if not peer:
@@ -260,6 +264,18 @@ def is_loopback_peer(peer: str | None) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (mapped or address).is_loopback
+    address = getattr(address, "ipv4_mapped", None) or address
+    return address.is_loopback or str(address) in local_addresses()
 
+
+@functools.lru_cache(maxsize=1)
+def local_addresses() -> frozenset[str]:
+    """This host's interface addresses (read once per process)."""
+    import psutil
+
+    return frozenset(
+        item.address.split("%", 1)[0]
+        for items in psutil.net_if_addrs().values()
+        for item in items
+        if item.family in (socket.AF_INET, socket.AF_INET6)
+    )

@@ -44,6 +44,7 @@ from edgespec.cloud.serving.servicers import (
     REFLECTION_SERVICES,
     SPECULATIVE_SERVICE,
     Malformed,
+    message_cap,
     set_message_cap,
 )
 from edgespec.cloud.serving.session import SessionState, check_draft, discarded, invalid, precondition
@@ -248,6 +249,13 @@ class VerifierDeployment:
             version=__version__,
             forward_ms=self.forward_ms,
             decode_ms=self.decode_ms,
+            max_sessions=self.config.max_sessions,
+            session_idle_timeout_s=self.config.session_idle_timeout_s,
+            first_message_timeout_s=self.config.first_message_timeout_s,
+            default_max_new_tokens=self.config.default_max_new_tokens,
+            max_message_bytes=message_cap(),
+            max_q_entries=self.config.max_q_entries,
+            auth_required=self.keys.enabled,
             send_ahead=True,
             max_tree_tokens=limits.max_tree_tokens,
         )
@@ -255,6 +263,7 @@ class VerifierDeployment:
             info = self.verifier.backend.info
             reply.target_params, reply.kv_bytes_per_token = info.params, info.kv_bytes_per_token
             reply.replica_rss_bytes, reply.active_sessions = resident_bytes(), self.admission.active
+            reply.free_sessions = self.admission.free_sessions
         return reply
 
     async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:

@@ -92,7 +92,7 @@ class TargetEngine:
         self.config = config
         self.device = resolve_device(config.device)
         self.tokenizer = load_tokenizer(config.model)
-        self.tokenizer_fingerprint = fingerprint(self.tokenizer)
+        self.tokenizer_fingerprint = fingerprint(config.model)
         started = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(
             config.model, dtype=getattr(torch, config.dtype), local_files_only=True

@@ -14,7 +14,7 @@ Three, all Serve's (configured through ``gRPCOptions``; no hand-made gRPC server
 Ray reads these flags when it is imported, in every Ray process: they must be in the
 environment before Ray starts. ``configure_ingress`` sets them for a Ray instance this process
 starts; a cluster started with ``ray start`` needs them in that command's environment (see
-cluster/README.md). Measured side by side: ``scripts/bench_verify.py --ingress``.
+cluster/README.md). Measured side by side: ``edgespec bench ingress``.
 """
 
 from __future__ import annotations

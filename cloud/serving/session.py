@@ -18,6 +18,7 @@ import grpc
 
 from edgespec.edge.errors import ServerError, status_error
 from edgespec.edge.params import Finish, Mode, SamplingParams
+from edgespec.edge.tokenizer import SCHEME, is_current_scheme
 
 
 def invalid(message: str) -> ServerError:
@@ -134,6 +135,12 @@ def check_token_ids(ids: list[int], vocab_size: int, what: str) -> None:
 
 def open_session(req: OpenRequest, limits: Limits, *, generate: bool = False) -> SessionState:
     """Validates an Open (or a Generate request) and returns the new session's state."""
+    if req.tokenizer_fingerprint and not is_current_scheme(req.tokenizer_fingerprint):
+        raise precondition(
+            f"tokenizer fingerprint {req.tokenizer_fingerprint!r} is of an older scheme; this server uses scheme "
+            f"{SCHEME!r} ({limits.tokenizer_fingerprint!r}, docs/protocol.md 'Tokenizer fingerprint'): update the "
+            "client, or recompute the fingerprint from the draft's tokenizer.json"
+        )
     if req.tokenizer_fingerprint and req.tokenizer_fingerprint != limits.tokenizer_fingerprint:
         raise precondition(
             f"tokenizer mismatch: client fingerprint {req.tokenizer_fingerprint!r}, server "

@@ -134,7 +134,7 @@ class DistillReport:
 
 def check_pair(target: Path, draft: Path) -> int:
     """Refuses a pair that does not share a tokenizer and vocabulary; returns the vocab size."""
-    fp_target, fp_draft = fingerprint(load_tokenizer(target)), fingerprint(load_tokenizer(draft))
+    fp_target, fp_draft = fingerprint(target), fingerprint(draft)
     if fp_target != fp_draft:
         raise TokenizerMismatchError(fp_draft, fp_target,
             f"tokenizer mismatch: target {target} has {fp_target}, draft {draft} has {fp_draft}; "

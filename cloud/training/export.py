@@ -302,7 +302,7 @@ def export_draft(
             num_kv_heads=layout.num_kv_heads,
             head_dim=layout.head_dim,
             max_positions=max_positions_of(model.config),
-            tokenizer_fingerprint=fingerprint(tokenizer),
+            tokenizer_fingerprint=fingerprint(model_dir),
             opset=config.opset,
             input_names=["input_ids", "position_ids", *past_input_names(layout.num_layers)],
             output_names=["logits", *present_output_names(layout.num_layers)],

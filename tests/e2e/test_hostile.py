@@ -162,7 +162,14 @@ def test_info_without_a_key_tells_no_replica_diagnostics(stub, healthy):
     keyed = stub.Info(pb.InfoRequest(), metadata=md(), timeout=30)
     assert public.tokenizer_fingerprint == keyed.tokenizer_fingerprint and public.max_k == keyed.max_k
     assert public.replica_rss_bytes == 0 and public.target_params == 0 and public.active_sessions == 0
+    assert public.free_sessions == 0 and keyed.free_sessions > 0  # the load is the operator's to know
     assert keyed.replica_rss_bytes > 0 and keyed.target_params > 0
+    # The limits every client needs, with or without a key.
+    for reply in (public, keyed):
+        assert (reply.max_sessions, reply.first_message_timeout_s, reply.session_idle_timeout_s) == (
+            MAX_SESSIONS, FIRST_MESSAGE_S, IDLE_S)
+        assert reply.auth_required and reply.max_q_entries == 64 and reply.default_max_new_tokens > 0
+        assert 0 < reply.max_message_bytes <= MESSAGE_CAP
 
 
 def test_the_key_may_come_as_x_api_key(stub, info, healthy):

@@ -184,7 +184,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens", "decode_ms")
+    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens", "decode_ms", "max_sessions", "free_sessions", "session_idle_timeout_s", "first_message_timeout_s", "default_max_new_tokens", "max_message_bytes", "max_q_entries", "auth_required")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,14 @@ class InfoResponse(_message.Message):
     SEND_AHEAD_FIELD_NUMBER: _ClassVar[int]
     MAX_TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    FREE_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDLE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_Q_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    AUTH_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     tokenizer_fingerprint: str
     vocab_size: int
@@ -217,4 +225,12 @@ class InfoResponse(_message.Message):
     send_ahead: bool
     max_tree_tokens: int
     decode_ms: float
-    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ..., decode_ms: _Optional[float] = ...) -> None: ...
+    max_sessions: int
+    free_sessions: int
+    session_idle_timeout_s: float
+    first_message_timeout_s: float
+    default_max_new_tokens: int
+    max_message_bytes: int
+    max_q_entries: int
+    auth_required: bool
+    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ..., decode_ms: _Optional[float] = ..., max_sessions: _Optional[int] = ..., free_sessions: _Optional[int] = ..., session_idle_timeout_s: _Optional[float] = ..., first_message_timeout_s: _Optional[float] = ..., default_max_new_tokens: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_q_entries: _Optional[int] = ..., auth_required: _Optional[bool] = ...) -> None: ...

@@ -11,12 +11,12 @@ from edgespec.cloud.serving.session import Limits, OpenRequest, open_session
 from edgespec.edge.errors import ServerError
 from edgespec.edge.params import Mode, SamplingParams
 
-LIMITS = Limits(vocab_size=100, max_context=100, max_k=4, max_new_tokens=80, default_max_new_tokens=20, tokenizer_fingerprint="fp")
+LIMITS = Limits(vocab_size=100, max_context=100, max_k=4, max_new_tokens=80, default_max_new_tokens=20, tokenizer_fingerprint="tok1-test-100-fp")
 
 
 def state(prompt: int = 10, new: int = 20):
     request = OpenRequest(prompt_ids=[1] * prompt, sampling=SamplingParams(), mode=Mode.GREEDY, mode_number=1,
-                          tokenizer_fingerprint="fp", max_new_tokens=new, stop_token_ids=[])
+                          tokenizer_fingerprint="tok1-test-100-fp", max_new_tokens=new, stop_token_ids=[])
     return open_session(request, LIMITS)
 
 

@@ -114,3 +114,27 @@ def test_tokens_per_minute_slide(monkeypatch):
     now[0] += 31  # the first 60 tokens left the window
     quotas.check_tokens(key)
     quotas.check_tokens(None)  # no keys: nothing to count
+
+
+@pytest.mark.parametrize(
+    "peer, local",
+    [
+        ("ipv4:127.0.0.1:5000", True),
+        ("ipv6:[::1]:5000", True),
+        ("ipv6:[::ffff:127.0.0.1]:5000", True),
+        ("unix:/tmp/edgespec.sock", True),
+        ("ipv4:10.1.2.3:5000", True),  # this host's own interface (patched below)
+        ("ipv4:203.0.113.9:5000", False),
+        ("ipv6:[2001:db8::1]:5000", False),
+        ("ipv4:not-an-address:1", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_loopback_peer_means_this_machine(monkeypatch, peer, local):
+    monkeypatch.setattr(auth, "local_addresses", lambda: frozenset({"127.0.0.1", "10.1.2.3"}))
+    assert auth.is_loopback_peer(peer) is local
+
+
+def test_local_addresses_include_loopback():
+    assert "127.0.0.1" in auth.local_addresses()

@@ -14,7 +14,7 @@ from edgespec.v1 import speculative_pb2 as pb
 
 def test_open_is_decoded_field_by_field():
     message = pb.Open(prompt_ids=[3, 4], sampling=pb.SamplingParams(temperature=0.7, top_k=5, seed=9),
-                      mode=pb.VERIFY_MODE_TOKEN, tokenizer_fingerprint="fp", max_new_tokens=12,
+                      mode=pb.VERIFY_MODE_TOKEN, tokenizer_fingerprint="tok1-test-100-fp", max_new_tokens=12,
                       stop_token_ids=[0], first_round=6)
     request = codec.open_from_proto(message)
     assert request.prompt_ids == [3, 4] and request.mode is Mode.TOKEN and request.mode_number == pb.VERIFY_MODE_TOKEN

@@ -9,7 +9,7 @@ from edgespec.cloud.serving.session import Limits, OpenRequest, check_draft, ope
 from edgespec.edge.errors import ServerError
 from edgespec.edge.params import Finish, Mode, SamplingParams
 
-LIMITS = Limits(vocab_size=100, max_context=50, max_k=8, max_new_tokens=40, default_max_new_tokens=20, tokenizer_fingerprint="fp")
+LIMITS = Limits(vocab_size=100, max_context=50, max_k=8, max_new_tokens=40, default_max_new_tokens=20, tokenizer_fingerprint="tok1-test-100-fp")
 
 
 def new_session(prompt=(1, 2, 3), max_new_tokens=0, stop=(), mode=Mode.GREEDY):
@@ -18,7 +18,7 @@ def new_session(prompt=(1, 2, 3), max_new_tokens=0, stop=(), mode=Mode.GREEDY):
         sampling=SamplingParams(temperature=0.0 if mode is Mode.GREEDY else 1.0),
         mode=mode,
         mode_number=1,
-        tokenizer_fingerprint="fp",
+        tokenizer_fingerprint="tok1-test-100-fp",
         max_new_tokens=max_new_tokens,
         stop_token_ids=list(stop),
     )
@@ -118,12 +118,12 @@ def test_an_ahead_block_is_still_validated():
 # ---- tree drafts ---------------------------------------------------------------------------
 
 TREE_LIMITS = Limits(vocab_size=100, max_context=50, max_k=4, max_new_tokens=40, default_max_new_tokens=20,
-                     tokenizer_fingerprint="fp", max_tree_tokens=6)
+                     tokenizer_fingerprint="tok1-test-100-fp", max_tree_tokens=6)
 
 
 def tree_session(mode=Mode.GREEDY, limits=TREE_LIMITS):
     request = OpenRequest(prompt_ids=[1, 2, 3], sampling=SamplingParams(temperature=0.0 if mode is Mode.GREEDY else 1.0),
-                          mode=mode, mode_number=1, tokenizer_fingerprint="fp", max_new_tokens=0, stop_token_ids=[])
+                          mode=mode, mode_number=1, tokenizer_fingerprint="tok1-test-100-fp", max_new_tokens=0, stop_token_ids=[])
     return open_session(request, limits)
 
 

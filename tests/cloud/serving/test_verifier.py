@@ -17,7 +17,7 @@ class ScriptedBackend:
     """Records what the verifier asks for; answers verify() with the next scripted results."""
 
     def __init__(self, results: list[list[tuple[int, int]]]):
-        self.info = BackendInfo(vocab_size=100, max_context=64, tokenizer_fingerprint="fp", params=1, kv_bytes_per_token=8, description={})
+        self.info = BackendInfo(vocab_size=100, max_context=64, tokenizer_fingerprint="tok1-test-100-fp", params=1, kv_bytes_per_token=8, description={})
         self.results = list(results)
         self.opened: dict[int, list[int]] = {}
         self.closed: list[int] = []
@@ -48,7 +48,7 @@ def config(tmp_path):
 
 def request(prompt, mode=Mode.GREEDY, temperature=0.0, max_new_tokens=0, stop=(), first_round=0):
     return OpenRequest(prompt_ids=list(prompt), sampling=SamplingParams(temperature=temperature, seed=5), mode=mode,
-                       mode_number=1, tokenizer_fingerprint="fp", max_new_tokens=max_new_tokens,
+                       mode_number=1, tokenizer_fingerprint="tok1-test-100-fp", max_new_tokens=max_new_tokens,
                        stop_token_ids=list(stop), first_round=first_round)
 
 
@@ -108,7 +108,7 @@ def test_finish_frees_the_cache_once(config):
 
 def test_a_tree_commits_its_accepted_path(config):
     backend = ScriptedBackend([[(2, 77, [1, 3])]])
-    backend.info = BackendInfo(vocab_size=100, max_context=64, tokenizer_fingerprint="fp", params=1, kv_bytes_per_token=8,
+    backend.info = BackendInfo(vocab_size=100, max_context=64, tokenizer_fingerprint="tok1-test-100-fp", params=1, kv_bytes_per_token=8,
                                description={}, can_verify_trees=True)
     verifier = Verifier(config, backend)
     assert verifier.limits.max_tree_tokens == config.max_tree_tokens
@@ -164,7 +164,7 @@ def test_prefill_is_one_job_per_chunk(config):
     from edgespec.cloud.serving.engine import PREFILL_CHUNK
 
     backend = ScriptedBackend([])
-    backend.info = BackendInfo(vocab_size=50, max_context=4096, tokenizer_fingerprint="fp", params=1, kv_bytes_per_token=8, description={})
+    backend.info = BackendInfo(vocab_size=50, max_context=4096, tokenizer_fingerprint="tok1-test-100-fp", params=1, kv_bytes_per_token=8, description={})
     calls = []
     backend.extend = lambda key, tokens: calls.append(len(tokens))
     verifier = Verifier(config, backend)

@@ -1,0 +1,50 @@
+"""``edgespec device-server``: an OpenAI-compatible HTTP server on the device (``edgespec.edge.openai_server``).
+
+    edgespec device-server --server HOST:PORT --draft DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--tls]
+
+Then any OpenAI client works against http://127.0.0.1:8080/v1 (``/v1/models``,
+``/v1/completions``, ``/v1/chat/completions``, streaming included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", required=True, help="HOST:PORT of the edgespec verifier")
+    parser.add_argument("--draft", required=True, type=Path, help="draft directory from `edgespec export-draft`")
+    parser.add_argument("--host", default="127.0.0.1", help="interface the HTTP server listens on (default: this device only)")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--model-name", default=None, help="the model id /v1/models answers (default: the verifier's)")
+    parser.add_argument("--api-key", default=None, help="the verifier's API key (default: $EDGESPEC_API_KEY)")
+    parser.add_argument("--tls", action="store_true", help="connect to the verifier with TLS")
+    parser.add_argument("--ca-cert", type=Path, default=None, help="PEM CA of the verifier's certificate")
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the draft")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for any one reply from the verifier")
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgespec.edge.client import EdgeClient
+    from edgespec.edge.errors import EdgespecError
+    from edgespec.edge.openai_server import DeviceServer
+
+    try:
+        client = EdgeClient(args.server, args.draft, api_key=args.api_key, tls=args.tls, ca_cert=args.ca_cert,
+                            draft_threads=args.threads, timeout=args.timeout)
+        server = DeviceServer((args.host, args.port), client, args.draft, model_name=args.model_name)
+    except (EdgespecError, OSError, ValueError) as exc:
+        print(f"edgespec device-server: {exc}", file=sys.stderr)
+        return 1
+    print(f"edgespec device-server: OpenAI-compatible API on {server.url}/v1 (model {server.model_name!r}), "
+          f"verifier {args.server} (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        client.close()
+    return 0

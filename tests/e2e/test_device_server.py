@@ -1,0 +1,121 @@
+"""`edgespec device-server` driven by the official `openai` client: completions (plain,
+streamed, with stop strings, from token ids), chat through a chat template and the 400 without
+one, models, and refused parameters; greedy text equals the target's own greedy output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+import pytest
+from helpers import PROMPTS, reference_greedy
+
+from edgespec.edge.client import EdgeClient
+from edgespec.edge.openai_server import DeviceServer
+
+pytestmark = pytest.mark.slow
+openai = pytest.importorskip("openai")  # a dev dependency; the device server itself needs none
+
+TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+
+
+def start(server, draft_dir):
+    client = EdgeClient(server.address, draft_dir)
+    device = DeviceServer(("127.0.0.1", 0), client, draft_dir)
+    thread = threading.Thread(target=device.serve_forever, daemon=True)
+    thread.start()
+    return device, client, openai.OpenAI(base_url=device.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def device(server):
+    device, client, api = start(server, server.pair.draft_dir)
+    yield device, client, api
+    device.shutdown()
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def chat_device(server, tmp_path_factory):
+    draft_dir = tmp_path_factory.mktemp("chat") / "draft"
+    shutil.copytree(server.pair.draft_dir, draft_dir)
+    (draft_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    device, client, api = start(server, draft_dir)
+    yield device, client, api
+    device.shutdown()
+    client.close()
+
+
+def greedy_text(client, target_model, prompt: str, n: int) -> str:
+    ids = client.encode(prompt)
+    return client.draft.tokenizer.decode(reference_greedy(target_model, ids, n))
+
+
+def test_models_lists_the_verifiers_model(device):
+    device_server, client, api = device
+    assert [m.id for m in api.models.list().data] == [client.info().model_id]
+
+
+def test_a_greedy_completion_is_the_targets_output(device, target_model):
+    _, client, api = device
+    for prompt in PROMPTS[:3]:
+        reply = api.completions.create(model="any", prompt=prompt, max_tokens=24, temperature=0)
+        assert reply.choices[0].text == greedy_text(client, target_model, prompt, 24)
+        assert reply.choices[0].finish_reason == "length"
+        assert reply.usage.completion_tokens == 24 and reply.usage.prompt_tokens == len(client.encode(prompt))
+
+
+def test_a_streamed_completion_arrives_in_pieces_that_add_up(device, target_model):
+    _, client, api = device
+    chunks = list(api.completions.create(model="any", prompt=PROMPTS[1], max_tokens=30, temperature=0, stream=True))
+    assert len(chunks) > 1 and chunks[-1].choices[0].finish_reason == "length"
+    assert "".join(c.choices[0].text for c in chunks) == greedy_text(client, target_model, PROMPTS[1], 30)
+
+
+def test_a_stop_string_ends_the_completion_before_it(device, target_model):
+    _, client, api = device
+    full = greedy_text(client, target_model, PROMPTS[0], 40)
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    expected = full[: full.index(stop)]
+    reply = api.completions.create(model="any", prompt=PROMPTS[0], max_tokens=40, temperature=0, stop=[stop])
+    assert reply.choices[0].text == expected and reply.choices[0].finish_reason == "stop"
+    streamed = api.completions.create(model="any", prompt=PROMPTS[0], max_tokens=40, temperature=0, stop=stop, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == expected
+
+
+def test_a_prompt_of_token_ids_and_a_seeded_sample(device, target_model):
+    _, client, api = device
+    ids = client.encode(PROMPTS[2])
+    reply = api.completions.create(model="any", prompt=ids, max_tokens=12, temperature=0)
+    assert reply.choices[0].text == client.draft.tokenizer.decode(reference_greedy(target_model, ids, 12))
+    a, b = (api.completions.create(model="any", prompt=PROMPTS[2], max_tokens=12, temperature=0.9, seed=7).choices[0].text
+            for _ in range(2))
+    assert a == b  # seeded sampling reproduces
+
+
+def test_chat_without_a_template_is_a_clear_400(device):
+    _, _, api = device
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert "chat template" in str(caught.value)
+
+
+def test_chat_renders_the_template_and_streams_deltas(chat_device, target_model):
+    _, client, api = chat_device
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "def main("}]
+    prompt = "<system>be brief\n<user>def main(\n<assistant>"
+    expected = greedy_text(client, target_model, prompt, 16)
+    reply = api.chat.completions.create(model="any", messages=messages, max_tokens=16, temperature=0)
+    assert reply.choices[0].message.content == expected and reply.choices[0].message.role == "assistant"
+    chunks = list(api.chat.completions.create(model="any", messages=messages, max_tokens=16, temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+
+
+@pytest.mark.parametrize("fields, param", [({"n": 2}, "n"), ({"temperature": 5}, "temperature"), ({"top_p": -1}, "top_p")])
+def test_refused_parameters_name_themselves(device, fields, param):
+    _, _, api = device
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.completions.create(model="any", prompt="x", max_tokens=4, **fields)
+    assert param in str(caught.value)
