@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max |logit diff| allowed (default %(default)g)")
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo", help="torch.onnx path (default %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--max-positions", type=int, default=None,
+                        help="longest context the draft serves (default: the config's; ALiBi models name none: 2048)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         report = export_draft(
             args.model, args.out, opset=args.opset, parity_steps=args.parity_steps,
             tolerance=args.tolerance, exporter=args.exporter, overwrite=args.overwrite,
+            max_positions=args.max_positions,
         )
     except (ExportError, ValueError, FileNotFoundError) as exc:
         print(f"edgespec export-draft: {exc}", file=sys.stderr)

@@ -121,6 +121,7 @@ class Planner:
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
         self._current: Path | None = None
         self._shadow_run, self._shadow_bonus = 0, False
+        self._max_k = 16  # the server's max_k, told by first_path
 
     # ---- what was measured ---------------------------------------------------------------
 
@@ -226,10 +227,13 @@ class Planner:
             return None
         device = est.device_ms.value or 2.0
         round_ms = rtt + forward + device
-        if self.depth() > 1 and est.chain_valid:
+        depth = self.depth()
+        if depth > 1 and est.chain_valid:
             # A valid sent-ahead block is verified right after its predecessor: it costs one
-            # forward (and the device's time), not a whole round.
-            round_ms = est.chain_valid * min(forward + device, round_ms) + (1 - est.chain_valid) * round_ms
+            # forward (and the device's time), not a whole round, but no more than ``depth``
+            # blocks travel in one round trip.
+            pipelined = max(forward + device, round_ms / depth)
+            round_ms = est.chain_valid * pipelined + (1 - est.chain_valid) * round_ms
         return round_ms
 
     def predicted_speculative(self, tau: float | None = None, *, corrected: bool = True) -> float | None:
@@ -259,11 +263,13 @@ class Planner:
     def first_path(self, max_new_tokens: int, max_k: int = 16) -> Path:
         if self.mode != "auto":
             return Path(self.mode)
+        self._max_k = max_k
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value
+        # Once rates are measured a tie goes to cloud-only: never slower than cloud-only.
         if self._current is Path.SPECULATIVE and len(self.est.spec) >= self.MIN_ROUNDS:
-            spec, limit = self.est.spec.trimmed, 1 + self.margin
+            spec, limit = self.est.spec.trimmed, 1.0
         elif len(self.est.tokens_per_round) >= self.MIN_ROUNDS:
-            spec, limit = self.predicted_speculative(), 1 + self.margin  # tau measured, or replayed over a stream
+            spec, limit = self.predicted_speculative(), 1.0  # tau measured, or replayed over a stream
         else:
             # Tokens per round are unknown until measured: explore speculation unless even a
             # draft that is always right (max_k + 1 tokens a round) could not win.
@@ -280,6 +286,8 @@ class Planner:
         if self.mode != "auto" or remaining < 4:
             return False
         if current is Path.SPECULATIVE:
+            if self._segment_rounds >= 2 and self.hopeless():
+                return True  # measured: not even a draft that is always right could win
             if self._segment_rounds < self.MIN_ROUNDS or len(self.est.spec) < self.MIN_ROUNDS // 2:
                 return False
             # Leave only when the forecast (recent tau pulled towards the long run) agrees.
@@ -294,6 +302,13 @@ class Planner:
             return False
         gain_ms = remaining * (here - there)
         return there * (1 + self.margin) < here and gain_ms > 2 * self.switch_cost_ms()
+
+    def hopeless(self) -> bool:
+        """Whether speculation loses to cloud-only by the margin even if every draft of the
+        longest block (max_k + 1 tokens a round) were accepted: the round trip alone rules it
+        out, however few rounds were measured."""
+        best, cloud = self.predicted_speculative(tau=self._max_k + 1.0, corrected=False), self.cloud_ms_per_token()
+        return best is not None and cloud is not None and best > cloud * (1 + self.margin)
 
     def switch_cost_ms(self) -> float:
         """What a switch costs: the round trip that opens the other stream and the replica's

@@ -4,7 +4,6 @@ automatic discovery), so a non-editable install has all the modules an editable 
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 from helpers import REPO
 

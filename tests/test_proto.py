@@ -6,7 +6,6 @@ import filecmp
 import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 from helpers import REPO
 

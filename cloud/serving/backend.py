@@ -17,6 +17,7 @@ forward with the other rows, and the accept rule returns (accepted, next token).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import struct
@@ -42,6 +43,16 @@ class BackendInfo:
 
 class BackendError(RuntimeError):
     """The model backend failed (its process died, or a forward raised)."""
+
+
+def release_free_memory() -> None:
+    """Hands the allocator's free pages back to the OS (glibc's malloc_trim): freed KV caches
+    otherwise stay in the process's heap, and a replica that served a burst of sessions would
+    keep their peak as its resident size. A no-op where there is no glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class LocalBackend:
@@ -75,7 +86,8 @@ class LocalBackend:
         self.engine.prefill(self.caches[key], tokens)
 
     def close(self, key: int) -> None:
-        self.caches.pop(key, None)
+        if self.caches.pop(key, None) is not None and not self.caches:
+            release_free_memory()
 
     def verify(self, rows: list[Row]) -> list[Outcome]:
         """One padded forward over every row, then the accept rule per mode."""

@@ -160,6 +160,10 @@ class DeploymentOptions:
             raise ValueError("num_cpus and num_gpus must be >= 0")
 
 
+# The context assumed for a model whose config names none (ALiBi models such as BLOOM).
+DEFAULT_MAX_CONTEXT = 2048
+
+
 def model_max_context(config: VerifierConfig) -> int:
     """The context the verifier will serve, from the config or the model's config.json (no model load)."""
     if config.max_context:
@@ -173,7 +177,7 @@ def model_max_context(config: VerifierConfig) -> int:
         value = text.get(name) or data.get(name)
         if isinstance(value, int) and value > 0:
             return value
-    return 2048
+    return DEFAULT_MAX_CONTEXT
 
 
 def _positive(config: Any, *names: str) -> None:

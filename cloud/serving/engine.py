@@ -18,6 +18,19 @@ and their own ancestors only, at position L_b + depth, through a 4D attention ma
 accept rule picked a path, ``keep_path`` compacts the row's cache to the context, the pending
 token and the accepted nodes.
 
+Sliding-window attention (Mistral, Phi-3, StarCoder2, Qwen2 with use_sliding_window, Gemma
+2/3 on their sliding layers) keeps a plain full-length cache per layer and applies the window in
+the attention mask instead of in a rolling cache: a rolling cache cannot be cropped once the
+window is reached (rejected drafts could not fall off the end), and it cannot be right-aligned
+into a padded batch. In the padded forward a key at position p_k is visible to a query at
+position p_q on a sliding layer only when p_q - p_k < window (transformers' own rule); models
+with layer types get one mask per type, models whose every layer slides get the windowed mask.
+The price is memory: a sliding layer holds the whole context, as a full layer does (which is
+what ``kv_bytes_per_token`` and the admission budget count). A model whose cache layers are of
+any other kind (chunked, linear or shared attention) keeps its own cache and is verified one
+session at a time; so is one whose padded forward does not match its rows alone in the check
+run at load.
+
 One session alone skips the padding and runs on its own cache. Everything here runs on a
 single thread (the replica's model executor); nothing is thread-safe by itself.
 """
@@ -32,14 +45,15 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, get_layer_types_and_kwargs
 
-from edgespec.cloud.serving.config import VerifierConfig
+from edgespec.cloud.serving.config import DEFAULT_MAX_CONTEXT, VerifierConfig
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 256
+PLAIN_LAYER_TYPES = ("full_attention", "sliding_attention")  # layers a plain DynamicLayer serves
 
 
 @dataclass
@@ -108,13 +122,32 @@ class TargetEngine:
             raise ValueError(
                 f"max_context {config.max_context} exceeds the model's max_position_embeddings {model_limit}"
             )
-        self.max_context = config.max_context or model_limit or 2048
-        self.can_batch = all(type(layer) is DynamicLayer for layer in self.new_kv().cache.layers)
-        if not self.can_batch:
-            log.warning("model %s has non-standard cache layers: verifying sessions one at a time", config.model_id)
+        self.max_context = config.max_context or model_limit or DEFAULT_MAX_CONTEXT
+        self.layer_types, _ = get_layer_types_and_kwargs(model_config)
+        self.plain_cache = all(kind in PLAIN_LAYER_TYPES for kind in self.layer_types)
+        sliding = "sliding_attention" in self.layer_types
+        self.window = int(model_config.sliding_window) if sliding and getattr(model_config, "sliding_window", None) else None
+        # Models that name their layer types take one mask per type; the others use one mask
+        # for every layer (the windowed one when their config has a window).
+        self.mask_per_type = getattr(model_config, "layer_types", None) is not None
+        self.can_batch = self.plain_cache
+        if not self.plain_cache:
+            kinds = sorted(set(self.layer_types) - set(PLAIN_LAYER_TYPES))
+            log.warning("model %s has %s cache layers: verifying sessions one at a time", config.model_id, kinds)
+        elif not self._padded_matches_alone():
+            self.can_batch = False
+            log.warning("model %s: a padded batch does not match its rows alone: verifying sessions one at a time",
+                        config.model_id)
 
     def new_kv(self) -> SessionKV:
-        return SessionKV(DynamicCache(config=self.model.config))
+        return SessionKV(self._new_cache())
+
+    def _new_cache(self) -> DynamicCache:
+        if not self.plain_cache:
+            return DynamicCache(config=self.model.config)
+        cache = DynamicCache()  # full-length layers; the window (if any) is in the mask
+        cache.layers.extend(DynamicLayer() for _ in self.layer_types)
+        return cache
 
     @torch.inference_mode()
     def prefill(self, kv: SessionKV, token_ids: list[int]) -> None:
@@ -195,13 +228,11 @@ class TargetEngine:
                 visible[b, i, [lmax + a for a in ancestors]] = True
             for i in range(n, nmax):  # padding queries see themselves: no empty softmax row
                 visible[b, i, lmax + i] = True
-        dtype = self.model.dtype
-        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
         cache = self._stack_caches([kv for kv, _ in rows], lmax)
         out = self.model(
             input_ids=input_ids.to(self.device),
             position_ids=positions.to(self.device),
-            attention_mask=mask.to(self.device),
+            attention_mask=self._masks(visible, positions, lengths, lmax),
             cache=cache,
             use_cache=True,
         )
@@ -216,9 +247,63 @@ class TargetEngine:
             kv.length = length + n
         return [logits[b, :n] for b, n in enumerate(counts)]
 
+    def _masks(self, visible: torch.Tensor, positions: torch.Tensor, lengths: list[int], lmax: int):
+        """The additive 4D mask(s) of a padded forward: ``visible`` [B, N, lmax + N] as is for
+        full attention, narrowed to the window for sliding layers (by the keys' and queries'
+        positions, not their slots)."""
+        dtype = self.model.dtype
+
+        def additive(allowed: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None].to(self.device)
+
+        if self.window is None:
+            full = additive(visible)
+            return {"full_attention": full} if self.mask_per_type else full
+        batch = len(lengths)
+        key_positions = torch.zeros(batch, visible.shape[-1], dtype=torch.long)
+        for b, length in enumerate(lengths):
+            key_positions[b, lmax - length : lmax] = torch.arange(length)
+        key_positions[:, lmax:] = positions
+        inside = (positions[:, :, None] - key_positions[:, None, :]) < self.window
+        nmax = positions.shape[1]
+        inside[:, torch.arange(nmax), lmax + torch.arange(nmax)] = True  # a query always sees itself
+        sliding = additive(visible & inside)
+        if not self.mask_per_type:
+            return sliding
+        return {"full_attention": additive(visible), "sliding_attention": sliding}
+
+    def _padded_matches_alone(self) -> bool:
+        """Runs two short rows padded and each alone: False when the model does not take our
+        masks (its logits differ, or it refuses them). Contexts cross a small window."""
+        span = self.window + 3 if self.window and self.window <= 64 else 6
+        span = min(span, self.max_context - 4)
+        generator = torch.Generator().manual_seed(0)
+        contexts = [torch.randint(1, self.vocab_size, (n,), generator=generator).tolist() for n in (span, 2)]
+        news = [[1, 2, 3], [4, 5]]
+        try:
+            with torch.inference_mode():
+                rows = []
+                for context in contexts:
+                    kv = self.new_kv()
+                    self.prefill(kv, context)
+                    rows.append(kv)
+                padded = self._forward_padded(list(zip(rows, news)), [None, None])
+                for kv, context in zip(rows, contexts):
+                    self.trim(kv, len(context))
+                alone = [self._forward_one(kv, new) for kv, new in zip(rows, news)]
+        except Exception as exc:  # noqa: BLE001 — any refusal means: do not batch this model
+            log.warning("the padded forward failed its check: %r", exc)
+            return False
+        tolerance = 1e-3 if self.model.dtype == torch.float32 else 5e-2
+        for a, b in zip(padded, alone):
+            scale = max(1.0, float(b.abs().max()))
+            if not torch.isfinite(a).all() or float((a - b).abs().max()) > tolerance * scale:
+                return False
+        return True
+
     def _stack_caches(self, kvs: list[SessionKV], lmax: int) -> DynamicCache:
         """Right-aligns each session's cache into one [B, H, lmax, D] cache per layer."""
-        cache = DynamicCache(config=self.model.config)
+        cache = self._new_cache()
         if lmax == 0:
             return cache
         reference = next(kv for kv in kvs if kv.length > 0)

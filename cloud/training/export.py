@@ -35,6 +35,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 
+from edgespec.cloud.serving.config import DEFAULT_MAX_CONTEXT
 from edgespec.edge.errors import EdgespecError
 from edgespec.edge.graph import GraphRunner, open_session
 from edgespec.edge.manifest import DraftManifest, past_input_names, present_output_names
@@ -126,13 +127,26 @@ class _KVLayout:
     vocab_size: int
 
 
+def is_mixture_of_experts(model_dir: Path) -> bool:
+    import json
+
+    data = json.loads((model_dir / "config.json").read_text())
+    text = data.get("text_config") or data
+    return any(text.get(name) for name in ("num_experts", "num_local_experts", "n_routed_experts"))
+
+
 def load_source_model(model_dir: Path) -> torch.nn.Module:
     if not (model_dir / "config.json").is_file():
         raise ExportError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
     transformers.utils.logging.disable_progress_bar()
     try:
         # float32: the draft runs on CPU, where ONNX Runtime's fp16 kernels are slow or missing.
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, local_files_only=True)
+        extra = {}
+        if is_mixture_of_experts(model_dir):
+            # The default experts kernel (grouped_mm) has no ONNX translation; the batched one
+            # exports, and the parity check runs the same kernel.
+            extra["experts_implementation"] = "batched_mm"
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, local_files_only=True, **extra)
     except (ValueError, OSError, KeyError) as exc:
         raise ExportError(f"cannot load {model_dir} as a causal LM: {exc}") from exc
     return model.eval()
@@ -151,13 +165,19 @@ def probe_kv_layout(model: torch.nn.Module) -> _KVLayout:
     return _KVLayout(len(out.cache.layers), key_shape[1], key_shape[3], out.logits.shape[-1])
 
 
-def max_positions_of(config) -> int:
+def max_positions_of(config, override: int | None = None) -> tuple[int, str]:
+    """The draft's longest context and where it comes from: ``override``, else the config's
+    own limit, else (ALiBi models name none) the verifier's default for such models."""
+    if override is not None:
+        if override < 1:
+            raise ExportError(f"--max-positions must be >= 1, got {override}")
+        return override, "--max-positions"
     text = config.get_text_config()
     for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
         value = getattr(text, name, None)
         if isinstance(value, int) and value > 0:
-            return value
-    raise ExportError("the model config names no maximum context (max_position_embeddings / n_positions)")
+            return value, name
+    return DEFAULT_MAX_CONTEXT, "the config names none: the verifier's default (pass --max-positions)"
 
 
 def eos_token_ids_of(model_dir: Path, config) -> list[int]:
@@ -170,6 +190,11 @@ def eos_token_ids_of(model_dir: Path, config) -> list[int]:
             if token not in ids:
                 ids.append(int(token))
     return ids
+
+
+# Families whose tiny random drafts export and pass parity here (tests/cloud/training/test_export_families.py).
+EXPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "starcoder2", "gpt2",
+                     "gpt_neox", "opt", "falcon", "codegen", "bloom", "mixtral", "qwen2_moe")
 
 
 @contextlib.contextmanager
@@ -219,7 +244,13 @@ def export_onnx(model: torch.nn.Module, layout: _KVLayout, path: Path, config: E
                 )
     except Exception as exc:  # torch.export / ONNX translation errors are many types
         other = "legacy" if config.exporter == "dynamo" else "dynamo"
-        raise ExportError(f"torch.onnx ({config.exporter}) failed: {type(exc).__name__}: {exc}. Try --exporter {other}") from exc
+        family = getattr(model.config, "model_type", type(model).__name__)
+        lines = str(exc).strip().splitlines() or [""]
+        first = lines[0][:300] + (" ..." if len(lines) > 1 or len(lines[0]) > 300 else "")  # a graph dump can run to hundreds of lines
+        raise ExportError(
+            f"{family} ({type(model).__name__}) does not export with torch.onnx {config.exporter}: {type(exc).__name__}: "
+            f"{first}. Try --exporter {other}, or a draft of a family that exports: {', '.join(EXPORTED_FAMILIES)}"
+        ) from exc
     model.eval()  # the exporters toggle training mode; keep dropout off for the parity run
 
 
@@ -268,6 +299,7 @@ def export_draft(
     tolerance: float = 1e-4,
     exporter: str = "dynamo",
     overwrite: bool = False,
+    max_positions: int | None = None,
     log: Callable[[str], None] = print,
 ) -> ExportReport:
     """Exports ``model_dir`` to ``out_dir`` (model.onnx, tokenizer.json, manifest.json).
@@ -283,6 +315,9 @@ def export_draft(
     tokenizer = load_tokenizer(model_dir)
     model = load_source_model(model_dir)
     layout = probe_kv_layout(model)
+    max_positions, source = max_positions_of(model.config, max_positions)  # before the export, which takes minutes
+    if source != "max_position_embeddings":
+        log(f"      longest context {max_positions} ({source})")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
     umask = os.umask(0)
@@ -301,7 +336,7 @@ def export_draft(
             num_layers=layout.num_layers,
             num_kv_heads=layout.num_kv_heads,
             head_dim=layout.head_dim,
-            max_positions=max_positions_of(model.config),
+            max_positions=max_positions,
             tokenizer_fingerprint=fingerprint(model_dir),
             opset=config.opset,
             input_names=["input_ids", "position_ids", *past_input_names(layout.num_layers)],

@@ -160,3 +160,47 @@ def build_tiny_vocab_pair(out_dir: str | Path, *, vocab_size: int = 5, seed: int
         model.save_pretrained(str(path))
         save_tokenizer(tokenizer, path)
     return pair
+
+
+# Size arguments per family (model_type as in config.json): Llama-style names unless listed.
+LLAMA_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16, max_position_embeddings=512)
+FAMILY_SIZES: dict[str, dict] = {
+    **{name: LLAMA_SIZES for name in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+                                       "starcoder2", "qwen2_moe", "qwen3_moe", "mixtral")},
+    "gpt2": dict(n_embd=64, n_layer=4, n_head=4, n_positions=512),
+    "codegen": dict(n_embd=64, n_layer=4, n_head=4, n_positions=512, n_ctx=512, rotary_dim=8),
+    "gpt_neox": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                     max_position_embeddings=512),
+    "opt": dict(hidden_size=64, ffn_dim=128, num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=512,
+                word_embed_proj_dim=64),
+    "falcon": dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_kv_heads=2, new_decoder_architecture=True,
+                   max_position_embeddings=512),
+    "bloom": dict(hidden_size=64, n_layer=4, n_head=4),  # ALiBi: no max positions in the config
+}
+MOE_SIZES = dict(num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                 shared_expert_intermediate_size=64)
+
+
+def build_tiny_family(out_dir: str | Path, model_type: str, *, seed: int = 0, vocab_size: int = 512, **config: object) -> Path:
+    """A tiny random model of a Hugging Face family (``model_type`` as in config.json, one of
+    FAMILY_SIZES) with the tiny tokenizer, e.g. ``build_tiny_family(d, "gemma3_text",
+    sliding_window=8)``: extra keywords go to its config."""
+    if model_type not in FAMILY_SIZES:
+        raise ValueError(f"build_tiny_family knows {sorted(FAMILY_SIZES)}, not {model_type!r}")
+    transformers.utils.logging.disable_progress_bar()
+    out = Path(out_dir)
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = train_tokenizer(corpus_text(), vocab_size)
+    torch.manual_seed(seed)
+    values = dict(FAMILY_SIZES[model_type], vocab_size=tokenizer.get_vocab_size(), tie_word_embeddings=False,
+                  bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if model_type.endswith("_moe") or model_type == "mixtral":
+        values.update(MOE_SIZES)
+    values.update(config)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **values)).eval()
+    _init_spread(model, std=0.35, seed=seed)
+    model.save_pretrained(str(out))
+    save_tokenizer(tokenizer, out)
+    return out

@@ -149,3 +149,34 @@ def test_predictions_learn_how_far_the_measurement_was_from_them():
     window = [20.0] * 6 + [120.0]  # the last 8 round trips, the slowest dropped
     assert planner.est.spec_bias == pytest.approx((sum(window) / 7 + 17.0) / (20.0 + 17.0), rel=0.01)
     assert planner.predicted_speculative() == pytest.approx(planner.est.spec_bias * planner.predicted_speculative(corrected=False))
+
+
+def test_send_ahead_cannot_hide_more_than_depth_blocks_per_round_trip():
+    """A satellite link with blocks that chain well: no more than ``depth`` of them travel per
+    round trip, so speculation still loses to the stream and a generation starts cloud-only."""
+    planner = Planner()
+    planner.record_rtt(630.0)
+    planner.record_forward(20.0)
+    planner.record_decode(15.0)
+    for _ in range(20):
+        planner.record_ahead(True)
+    speculating(planner, rtt=630.0, forward=20.0, tokens=9, rounds=9)
+    assert planner.predicted_round_ms() >= 630.0 / planner.depth()
+    assert planner.first_path(128) is Path.CLOUD_ONLY
+
+
+def test_a_round_trip_no_draft_could_beat_is_left_after_two_rounds():
+    planner = Planner()
+    planner.record_decode(15.0)
+    assert planner.first_path(128) is Path.SPECULATIVE  # the round trip is not known yet
+    planner.begin(Path.SPECULATIVE)
+    speculating(planner, rtt=630.0, forward=20.0, tokens=9, rounds=1)
+    assert not planner.should_switch(Path.SPECULATIVE, 100)  # the first round carried the Open
+    speculating(planner, rtt=630.0, forward=20.0, tokens=9, rounds=1)
+    assert planner.hopeless() and planner.should_switch(Path.SPECULATIVE, 100)
+    near = Planner()
+    near.record_decode(15.0)
+    near.first_path(128)
+    near.begin(Path.SPECULATIVE)
+    speculating(near, rtt=40.0, forward=20.0, tokens=2, rounds=2)
+    assert not near.hopeless() and not near.should_switch(Path.SPECULATIVE, 100)

@@ -156,3 +156,18 @@ def test_bad_inputs_are_refused_with_clear_errors(tmp_path):
         export.ExportConfig(exporter="optimum")
     with pytest.raises(ValueError, match="parity_steps"):
         export.ExportConfig(parity_steps=0)
+
+
+def test_a_family_that_does_not_export_is_named_in_one_line(exported, tmp_path, monkeypatch):
+    src, _ = exported["gpt2"]
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no ONNX function for transformers.grouped_mm_fallback\n" + "graph line\n" * 430)
+
+    monkeypatch.setattr(export.torch.onnx, "export", fails)
+    with pytest.raises(export.ExportError) as caught:
+        export.export_draft(src, tmp_path / "out", log=lambda _: None)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("gpt2 (GPT2LMHeadModel) does not export")
+    assert "grouped_mm_fallback" in message and "--exporter legacy" in message and "llama" in message
+    assert not (tmp_path / "out").exists()
