@@ -45,6 +45,9 @@ class BackendError(RuntimeError):
     """The model backend failed (its process died, or a forward raised)."""
 
 
+TRIM_AFTER_BYTES = 64 << 20  # freed KV after which the heap is trimmed (and whenever the last session ends)
+
+
 def release_free_memory() -> None:
     """Hands the allocator's free pages back to the OS (glibc's malloc_trim): freed KV caches
     otherwise stay in the process's heap, and a replica that served a burst of sessions would
@@ -63,6 +66,7 @@ class LocalBackend:
 
         self.engine = TargetEngine(config)
         self.caches: dict = {}
+        self._freed = 0  # KV bytes freed since the allocator last gave memory back
         engine = self.engine
         self.info = BackendInfo(
             vocab_size=engine.vocab_size,
@@ -86,8 +90,13 @@ class LocalBackend:
         self.engine.prefill(self.caches[key], tokens)
 
     def close(self, key: int) -> None:
-        if self.caches.pop(key, None) is not None and not self.caches:
+        kv = self.caches.pop(key, None)
+        if kv is None:
+            return
+        self._freed += kv.nbytes()
+        if self._freed >= TRIM_AFTER_BYTES or not self.caches:
             release_free_memory()
+            self._freed = 0
 
     def verify(self, rows: list[Row]) -> list[Outcome]:
         """One padded forward over every row, then the accept rule per mode."""

@@ -48,7 +48,7 @@ class VerifierConfig:
         api_keys_file: YAML/JSON file of API keys (``cloud/serving/auth.py``), re-read when it
             changes; with it (or ``api_keys_env``) every request needs a key.
         api_keys_env: name of an environment variable holding the same mapping as JSON.
-        allow_unauthenticated: without keys the verifier answers loopback callers only (a
+        allow_unauthenticated: without keys the verifier answers callers on its own machine only (a
             replica's own port, 40000-41000 with the HAProxy ingress, listens on every
             interface); True serves any caller without a key.
         max_kv_bytes: KV cache the replica may hand out, in bytes: each session reserves

@@ -35,6 +35,7 @@ from ray import serve
 from edgespec.cloud.serving import codec
 from edgespec.cloud.serving.admission import Admission
 from edgespec.cloud.serving.auth import ApiKey, KeyRing, is_loopback_peer
+from edgespec.cloud.serving.steptime import StepTime
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.metrics import VerifierMetrics
 from edgespec.cloud.serving.model_thread import ModelThread
@@ -97,8 +98,8 @@ class VerifierDeployment:
         self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=self.config.max_kv_bytes,
                                    kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token)
         self.metrics = VerifierMetrics()
-        self.forward_ms = 0.0  # exponentially weighted forward + accept time, reported by Info
-        self.decode_ms = 0.0  # the same for batches of Generate decoding steps alone
+        self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
+        self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone
         self.batches = BatchScheduler(
             lambda items: self.model.run(self.verifier.step, items),
             max_batch_size=self.config.max_batch_size,
@@ -247,8 +248,8 @@ class VerifierDeployment:
             modes=codec.SERVED_MODES,
             max_new_tokens=limits.max_new_tokens,
             version=__version__,
-            forward_ms=self.forward_ms,
-            decode_ms=self.decode_ms,
+            forward_ms=self.forward_ms.value(),
+            decode_ms=self.decode_ms.value(),
             max_sessions=self.config.max_sessions,
             session_idle_timeout_s=self.config.session_idle_timeout_s,
             first_message_timeout_s=self.config.first_message_timeout_s,
@@ -318,7 +319,7 @@ class VerifierDeployment:
         if not self.keys.enabled:
             if grpc_context is not None and not self.config.allow_unauthenticated and not is_loopback_peer(grpc_context.peer()):
                 raise status_error(grpc.StatusCode.PERMISSION_DENIED, (
-                    f"this verifier has no API keys and serves loopback callers only (you are {grpc_context.peer()}); "
+                    f"this verifier has no API keys and serves callers on its own machine only (you are {grpc_context.peer()}); "
                     "its operator must configure api_keys_file/api_keys_env or set allow_unauthenticated"))
             return None
         metadata = grpc_context.invocation_metadata() if grpc_context is not None else ()
@@ -331,10 +332,8 @@ class VerifierDeployment:
         if not done:
             return
         ms = done[0][1].verify_ms
-        if all(item.block is None for item, _ in done):  # Generate streams' decoding steps only
-            self.decode_ms = ms if not self.decode_ms else 0.9 * self.decode_ms + 0.1 * ms
-        else:
-            self.forward_ms = ms if not self.forward_ms else 0.9 * self.forward_ms + 0.1 * ms
+        decoding = all(item.block is None for item, _ in done)  # Generate streams' decoding steps only
+        (self.decode_ms if decoding else self.forward_ms).add(ms, len(items))
         self.metrics.record_batch([item for item, _ in done], [verdict for _, verdict in done])
 
     def _status(self, grpc_context, exc: Exception, what: str, key: ApiKey | None = None) -> Exception:

@@ -93,3 +93,23 @@ def test_process_backend_reports_a_bad_model(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # a directory that passes the config check only
     with pytest.raises(BackendError, match="loading"):
         ProcessBackend(VerifierConfig(model=str(tmp_path), device="cpu"))
+
+
+def test_freed_caches_go_back_to_the_os(config, monkeypatch):
+    from edgespec.cloud.serving import backend as backend_module
+
+    trims = []
+    monkeypatch.setattr(backend_module, "release_free_memory", lambda: trims.append(1))
+    backend = LocalBackend(config)
+    open_sessions(backend, PROMPTS)
+    backend.close(1)
+    assert trims == []  # a few KiB freed: not worth a trim
+    monkeypatch.setattr(backend_module, "TRIM_AFTER_BYTES", 1)
+    backend.close(2)
+    assert trims == [1]  # past the threshold
+    monkeypatch.setattr(backend_module, "TRIM_AFTER_BYTES", 1 << 40)
+    backend.close(3)
+    backend.close(99)  # unknown: nothing freed
+    assert trims == [1]
+    backend.close(4)
+    assert trims == [1, 1]  # the last session ended
