@@ -142,17 +142,19 @@ class AsyncEdgeClient:
         return (time.perf_counter() - started) * 1000
 
     async def planner(self, params: GenerationParams) -> Planner:
-        """The planner for this kind of request; a new one starts from the server's forward time
-        and one round trip on the (by then warm) channel."""
+        """The planner for this kind of request; a new one starts from the server's step times
+        and one round trip: the Info call that told them, when the channel was already warm."""
         mode = path_mode(params)
         if mode not in self._planners:
             planner = Planner(mode)
+            warm, started = self._info is not None, time.perf_counter()
             info = await self.info(refresh=True)  # the replica's current forward and decode costs
+            info_ms = (time.perf_counter() - started) * 1000
             planner.record_forward(info.forward_ms)
             planner.record_decode(info.decode_ms)
             if mode == "auto":
-                try:
-                    planner.record_rtt(await self.probe_rtt())
+                try:  # on a warm channel the same call was a round trip; a cold one also connected
+                    planner.record_rtt(info_ms if warm else await self.probe_rtt())
                 except grpc.RpcError:
                     pass  # the generation itself will report a dead server
             self._planners[mode] = planner

@@ -189,6 +189,8 @@ class DeviceServer(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: DeviceServer
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a connection may sit silent (mid-request or between requests)
+    MAX_BODY = 16 << 20
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002  (quiet by default)
         pass
@@ -207,8 +209,13 @@ class Handler(BaseHTTPRequestHandler):
         self._json(status, {"error": {"message": message, "type": kind, "param": param, "code": None}})
 
     def _body(self) -> dict:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > 16 << 20:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise RequestError("Content-Length must be a number of bytes") from None
+        if length < 0:
+            raise RequestError("Content-Length must be >= 0")
+        if length > self.MAX_BODY:
             raise RequestError("request body over 16 MiB", status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")

