@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from helpers import reference_greedy, start_server, stop_server
-from helpers.raw import Session, healthy_device, open_msg
+from helpers import start_server, stop_server
+from helpers.raw import Session, check_healthy_device, healthy_device, open_msg
 
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
@@ -269,10 +269,4 @@ def test_reflection_lists_the_service(server):
 
 
 def test_healthy_session_was_never_disturbed(healthy, target_model):
-    stop, thread, results, errors = healthy
-    stop.set()
-    thread.join(timeout=120)
-    assert not errors, errors
-    assert len(results) >= 2
-    expected = reference_greedy(target_model, results[0][0], 40)
-    assert all(tokens == expected for _, tokens in results)
+    check_healthy_device(healthy, target_model, min_results=2)

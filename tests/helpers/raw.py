@@ -55,3 +55,17 @@ def healthy_device(server, **client_options):
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     return stop, thread, results, errors
+
+
+def check_healthy_device(healthy, target_model, *, min_results: int) -> None:
+    """Stops a ``healthy_device`` and checks it: no error, at least ``min_results`` generations,
+    each exactly the target's greedy output."""
+    from helpers import reference_greedy
+
+    stop, thread, results, errors = healthy
+    stop.set()
+    thread.join(timeout=120)
+    assert not errors, errors
+    assert len(results) >= min_results
+    expected = reference_greedy(target_model, results[0][0], 40)
+    assert all(tokens == expected for _, tokens in results)
