@@ -3,10 +3,13 @@
     edgespec bench --target DIR --draft DIR --prompts FILE [--held-out FILE] [--out DIR]
     edgespec bench capacity --target DIR --draft DIR --prompts FILE --sessions 1,4,16,32
     edgespec bench links --target DIR --draft DIR --prompts FILE --profiles loopback,wifi,4g
+    edgespec bench simcheck --target DIR --draft DIR --prompts FILE [--profiles ...] [--sessions 16]
     edgespec bench ingress --target DIR --draft DIR --prompts FILE --ingresses haproxy,proxy,direct
     edgespec bench load --target DIR --draft DIR --sessions 64 --rounds 200
     edgespec bench kill --target DIR --draft DIR --max-new-tokens 300
     edgespec bench device-server --target DIR --draft DIR --prompts FILE
+    edgespec bench spread --target DIR --draft DIR --prompts FILE --replicas 2 --sessions 16
+    edgespec bench sampling --target DIR --draft DIR --prompts FILE --held-out FILE --temperatures 0.3,0.6,0.8,1.0,1.2
 
 Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
 an existing deployment is measured (its target must be the one --target names).
@@ -20,15 +23,19 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "ingress", "load", "kill", "device-server"),
+    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "simcheck", "ingress", "load", "kill", "device-server", "sampling", "spread"),
                         help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network "
-                             "profile; ingress: Serve's gRPC ingresses side by side; load: many raw sessions, outputs "
+                             "profile; simcheck: only the fleet simulator against the link emulator (its calibration, "
+                             "then 1 and N sessions per profile; minutes); ingress: Serve's gRPC ingresses side by side; "
+                             "load: many raw sessions, outputs "
                              "checked, latency and memory before/during/after; kill: a replica SIGKILLed under a "
-                             "generating device; device-server: the OpenAI-compatible device server against the SDK")
+                             "generating device; device-server: the OpenAI-compatible device server against the SDK; "
+                             "sampling: exact sampling before/after per temperature, and lookup-only vs model + lookup vs "
+                             "model-only drafts; spread: sessions per replica and batch sizes with --replicas")
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
     parser.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
@@ -52,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=200, help="ingress/load: raw rounds per session")
     parser.add_argument("--api-key", default=os.environ.get("EDGESPEC_API_KEY"), help="load: key for --server (default $EDGESPEC_API_KEY)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replicas", type=int, default=2, help="spread: verifier replicas started on this machine")
+    parser.add_argument("--generations", type=int, default=3, help="spread: generations per device")
+    parser.add_argument("--temperatures", default="0.3,0.6,0.8,1.0,1.2", help="sampling: the temperatures swept")
+    parser.add_argument("--sweep-k", default="auto", help="sampling: k of the temperature sweep's arms (comma list, numbers or auto)")
+    parser.add_argument("--lookup-weight", type=float, default=None, help="sampling: lookup_weight of the 'after' arms")
+    parser.add_argument("--draft-temperature", default=None, help="sampling: draft_temperature of the 'after' arms (a number or auto)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,8 +88,14 @@ def run(args: argparse.Namespace) -> int:
         return _ingress(args, prompts, out, progress)
     if args.what == "links":
         return _links(args, prompts, out, progress)
+    if args.what == "simcheck":
+        return _simcheck(args, prompts, out, progress)
     if args.what in ("load", "kill"):
         return _robustness(args, prompts, out, progress)
+    if args.what == "sampling":
+        return _sampling(args, prompts, held_out, out, progress)
+    if args.what == "spread":
+        return _spread(args, prompts, out, progress)
     if args.what == "device-server":
         import json
 
@@ -106,6 +125,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {path}")
     print()
     for line in summary_lines(asdict(report)):
+        print(f"  {line}")
+    return 0
+
+
+def _spread(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.spread import SpreadConfig, run_spread, summary_lines, write_spread
+
+    try:
+        config = SpreadConfig(target=args.target, draft=args.draft, prompts=prompts, replicas=args.replicas,
+                              sessions=max(int(n) for n in args.sessions.split(",")), generations=args.generations,
+                              max_new_tokens=args.max_new_tokens, k=args.k, server=args.server)
+    except ValueError as exc:
+        print(f"edgespec bench spread: {exc}", file=sys.stderr)
+        return 2
+    report = run_spread(config, progress)
+    path = write_spread(report, out)
+    print(f"\nspread report: {path}")
+    for line in summary_lines(report):
         print(f"  {line}")
     return 0
 
@@ -160,6 +197,24 @@ def _robustness(args, prompts, out, progress) -> int:
     return 0
 
 
+def _simcheck(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.simcheck import SimcheckConfig, run_simcheck
+
+    try:
+        config = SimcheckConfig(
+            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.profiles.split(",")),
+            sessions=max(int(n) for n in args.sessions.split(",")), max_new_tokens=args.max_new_tokens,
+            k=int(args.k), server=args.server, seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"edgespec bench simcheck: {exc}", file=sys.stderr)
+        return 2
+    report = run_simcheck(config, out, progress)
+    print(f"\nsimulator check in {out}: simcheck.md, simcheck.json, calibration.json; "
+          f"{report['within']}/{report['cells']} cells within 10% ({report['wall_s']:.0f} s)")
+    return 0
+
+
 def _links(args, prompts, out, progress) -> int:
     from edgespec.cloud.bench.links import LinksConfig, run_links, summary_lines
 
@@ -174,6 +229,33 @@ def _links(args, prompts, out, progress) -> int:
         return 2
     report = run_links(config, out, progress)
     print(f"\nlinks report in {out}: links.md, links.json, calibration.json and plots")
+    for line in summary_lines(report):
+        print(f"  {line}")
+    return 0
+
+
+def _sampling(args, prompts, held_out, out, progress) -> int:
+    from edgespec.cloud.bench.sampling import SamplingBenchConfig, run_sampling_bench, summary_lines, write_sampling
+
+    extra = {}
+    if args.lookup_weight is not None:
+        extra["lookup_weight"] = args.lookup_weight
+    if args.draft_temperature is not None:
+        extra["draft_temperature"] = args.draft_temperature if args.draft_temperature == "auto" else float(args.draft_temperature)
+    try:
+        config = SamplingBenchConfig(
+            target=args.target, draft=args.draft, prompts=prompts, held_out=held_out,
+            temperatures=tuple(float(t) for t in args.temperatures.split(",")),
+            k_values=tuple(k if k == "auto" else int(k) for k in args.sweep_k.split(",")),
+            drafter_k=args.k if args.k == "auto" else int(args.k), max_new_tokens=args.max_new_tokens,
+            seed=args.seed, server=args.server, extra=extra,
+        )
+    except ValueError as exc:
+        print(f"edgespec bench sampling: {exc}", file=sys.stderr)
+        return 2
+    report = run_sampling_bench(config, progress)
+    paths = write_sampling(report, out)
+    print(f"\nsampling report in {out}: " + ", ".join(p.name for p in paths))
     for line in summary_lines(report):
         print(f"  {line}")
     return 0

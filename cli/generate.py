@@ -23,7 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="auto", help="drafted tokens per round: a number or 'auto'")
     parser.add_argument("--mode", choices=MODES, default=None, help="verification mode (default: greedy at temperature 0, else exact)")
     parser.add_argument("--no-lookup", action="store_true",
-                        help="greedy: draft with the model alone, no context lookup (see edgespec.edge.lookup)")
+                        help="draft with the model alone, no context lookup (see edgespec.edge.lookup)")
+    parser.add_argument("--lookup-only", action="store_true", help="draft from context lookup alone, never run the draft model")
+    parser.add_argument("--draft-temperature", default="auto",
+                        help="sampling: the temperature the draft samples its q at, a number or 'auto' (docs/sampling.md)")
     parser.add_argument("--cloud-only", action="store_true", help="generate with the target alone (Generate RPC)")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the draft")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for any one reply")
@@ -52,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
                 if not args.json:
                     sys.stdout.write(result.text)
             else:
-                stream = client.stream(prompt, k=args.k, mode=args.mode, lookup=not args.no_lookup, **params)
+                lookup = "only" if args.lookup_only else not args.no_lookup
+                draft_temperature = args.draft_temperature if args.draft_temperature == "auto" else float(args.draft_temperature)
+                stream = client.stream(prompt, k=args.k, mode=args.mode, lookup=lookup, draft_temperature=draft_temperature,
+                                       **params)
                 for piece in stream:
                     if not args.json:
                         sys.stdout.write(piece)

@@ -47,7 +47,10 @@ DEFAULT_TLS_PORT = 9443
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="local Hugging Face causal-LM directory (the target)")
     parser.add_argument("--config", type=Path, help="YAML or JSON file of verifier settings (flags override it)")
-    parser.add_argument("--num-replicas", type=int, default=1)
+    parser.add_argument("--num-replicas", type=int, default=None, help="a fixed number of replicas (default 1)")
+    parser.add_argument("--autoscale", metavar="MIN:MAX", default=None,
+                        help="let Serve's autoscaling keep MIN..MAX replicas on the sessions' load "
+                             "(target_ongoing_requests = min(0.75 * max_sessions, max_batch_size))")
     parser.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per replica (0 = CPU)")
     parser.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per replica")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT)
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     try:
         config = config_from_args(args)
-        options = DeploymentOptions(num_replicas=args.num_replicas, num_cpus=args.num_cpus, num_gpus=args.num_gpus)
+        options = DeploymentOptions(num_replicas=args.num_replicas, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+                                    autoscaling_config=_autoscale(args.autoscale))
         host, ingress_host = exposure(args, config)
     except ValueError as exc:
         print(f"edgespec serve: {exc}", file=sys.stderr)
@@ -149,3 +153,16 @@ def run(args: argparse.Namespace) -> int:
 
     serve.shutdown()
     return 0
+
+
+def _autoscale(value: str | None) -> dict | None:
+    """``MIN:MAX`` -> Serve's autoscaling bounds (ValueError names the form)."""
+    if value is None:
+        return None
+    try:
+        low, high = (int(part) for part in value.split(":"))
+    except ValueError:
+        raise ValueError(f"--autoscale {value!r}: give MIN:MAX replicas, e.g. 1:4") from None
+    if not 0 <= low <= high or high < 1:
+        raise ValueError(f"--autoscale {value!r}: need 0 <= MIN <= MAX and MAX >= 1")
+    return {"min_replicas": low, "max_replicas": high}

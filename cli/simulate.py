@@ -4,7 +4,14 @@
         [--calibration cal.json] [--duration 60 | --tokens-per-device 256] [--seed 0] \\
         [--out runs/sim] [--plots]
 
-``--out DIR`` writes ``result.json`` (figures and per-device ms/token) and the calibration
+    edgespec simulate plan --devices 10000 --profile-mix wifi:0.5,5g:0.3,4g:0.2 --target-step-ms 12 \\
+        [--per-row-ms 0.1 --per-token-ms 0.02 | --batch-curve curve.json] [--goal-ms-per-token 30] [--seed 0]
+
+``plan``: replicas needed for a per-session goal, speculative vs cloud-only, and the autoscaling
+policy (``edgespec.cloud.simulate.plan``, which explains the method); with ``--out DIR`` it
+writes ``plan.json``.
+
+A run with ``--out DIR`` writes ``result.json`` (figures and per-device ms/token) and the calibration
 used; ``--plots`` adds the sweeps around this scenario (speedup vs RTT, best k vs RTT,
 capacity vs fleet size) as PNG + JSON. ``--write-calibration FILE`` writes the calibration
 (the placeholder default, or ``--calibration``) as an editable JSON template and exits.
@@ -13,25 +20,29 @@ capacity vs fleet size) as PNG + JSON. ``--write-calibration FILE`` writes the c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
-from edgespec.cloud.simulate.calibration import Calibration
+from edgespec.cloud.simulate.calibration import Calibration, VerifyModel
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.engine import simulate
+from edgespec.cloud.simulate.plan import PlanConfig, batch_curve, plan
 from edgespec.cloud.simulate.result import finite_json
 from edgespec.cloud.simulate import sweeps
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", nargs="?", default="run", choices=("run", "plan"),
+                        help="run: simulate one fleet (default); plan: replicas needed for a goal, SD vs cloud-only")
     parser.add_argument("--devices", type=int, default=1, help="edge devices, one session each")
-    parser.add_argument("--link-mix", default="wifi", help="NAME:WEIGHT,... over the link profiles (edgespec link --help)")
+    parser.add_argument("--link-mix", "--profile-mix", default="wifi", help="NAME:WEIGHT,... over the link profiles (edgespec link --help)")
     parser.add_argument("--replicas", type=int, default=1, help="verifier replicas (devices assigned round-robin)")
     parser.add_argument("--k", default="4", help="drafts per round, or 'auto' for the SDK's adaptive policy")
     parser.add_argument("--k-max", type=int, default=16, help="the server's max_k")
-    parser.add_argument("--max-batch-size", type=int, default=32, help="most rows per replica forward")
+    parser.add_argument("--max-batch-size", type=int, default=None, help="most rows per replica forward (run: 32; plan: --max-sessions)")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0,
                         help="once the model is free, wait this long for more open sessions (0: take what queued)")
     budget = parser.add_mutually_exclusive_group()
@@ -45,9 +56,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="directory for result.json (and plots)")
     parser.add_argument("--plots", action="store_true", help="with --out: sweeps around this scenario as PNG + JSON")
     parser.add_argument("--write-calibration", type=Path, metavar="FILE", help="write the calibration as JSON and exit")
+    plan = parser.add_argument_group("plan")
+    plan.add_argument("--target-step-ms", type=float, help="plan: the target's decode step at batch 1 (ms); with "
+                      "--per-row-ms / --per-token-ms it replaces the calibration's batch curve")
+    plan.add_argument("--per-row-ms", type=float, default=0.0, help="plan: what each further row adds to a forward (ms)")
+    plan.add_argument("--per-token-ms", type=float, default=0.0, help="plan: what each further token of a row adds (ms)")
+    plan.add_argument("--batch-curve", type=Path, help="plan: the batch curve as JSON (the calibration's 'verify' schema)")
+    plan.add_argument("--draft-ms-per-token", type=float, help="plan: the devices' drafting time per token (ms)")
+    plan.add_argument("--ingress-ms-per-message", type=float,
+                      help="plan: the replica's ingress service time per message, both paths (ms)")
+    plan.add_argument("--goal-ms-per-token", type=float, help="plan: per-session goal; without it a replica carries --max-sessions")
+    plan.add_argument("--goal-stat", choices=("mean", "p90"), default="mean", help="plan: the goal holds for this statistic over sessions")
+    plan.add_argument("--concurrency", type=float, default=1.0, help="plan: fraction of devices generating at once")
+    plan.add_argument("--max-sessions", type=int, default=256, help="plan: most sessions one replica admits")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "plan":
+        return _plan(args)
     try:
         calibration = Calibration.load(args.calibration) if args.calibration else Calibration.default()
         if args.write_calibration:
@@ -56,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         config = FleetConfig(
             devices=args.devices, link_mix=args.link_mix, replicas=args.replicas, k=args.k, k_max=args.k_max,
-            tokens_per_device=args.tokens_per_device, duration_s=args.duration, max_batch_size=args.max_batch_size,
+            tokens_per_device=args.tokens_per_device, duration_s=args.duration, max_batch_size=args.max_batch_size or 32,
             batch_wait_ms=args.batch_wait_ms,
             draft_ahead=args.draft_ahead, start_spread_ms=args.start_spread_ms, seed=args.seed,
         )
@@ -77,6 +103,51 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.out / 'result.json'}")
         if args.plots:
             _write_sweeps(config, calibration, args.out)
+    return 0
+
+
+def plan_calibration(args: argparse.Namespace) -> Calibration:
+    """The calibration file (or the placeholder) with the plan's batch curve and drafting time."""
+    calibration = Calibration.load(args.calibration) if args.calibration else Calibration.default()
+    changes, notes = {}, []
+    if args.batch_curve and args.target_step_ms is not None:
+        raise ValueError("--batch-curve and --target-step-ms exclude each other: give one batch curve")
+    if args.batch_curve:
+        changes["verify"] = VerifyModel.from_dict(json.loads(args.batch_curve.read_text()))
+        notes.append(f"batch curve {args.batch_curve}")
+    elif args.target_step_ms is not None:
+        changes["verify"] = batch_curve(args.target_step_ms, args.per_row_ms, args.per_token_ms)
+        notes.append(f"step {args.target_step_ms:g} ms + {args.per_row_ms:g}/row + {args.per_token_ms:g}/row-token")
+    if args.ingress_ms_per_message is not None:
+        changes["ingress_ms_per_round_message"] = changes["ingress_ms_per_stream_message"] = args.ingress_ms_per_message
+        notes.append(f"ingress {args.ingress_ms_per_message:g} ms/message")
+    if args.draft_ms_per_token is not None:
+        changes["draft_ms_per_token"] = args.draft_ms_per_token
+        notes.append(f"draft {args.draft_ms_per_token:g} ms/token")
+    if notes:
+        changes["source"] = f"{calibration.source}; plan: " + ", ".join(notes)
+    return dataclasses.replace(calibration, **changes)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    try:
+        calibration = plan_calibration(args)
+        config = PlanConfig(
+            devices=args.devices, link_mix=args.link_mix, concurrency=args.concurrency, goal_ms_per_token=args.goal_ms_per_token,
+            goal_stat=args.goal_stat, max_sessions=args.max_sessions, max_batch_size=args.max_batch_size or args.max_sessions,
+            batch_wait_ms=args.batch_wait_ms, k=args.k, duration_s=args.duration or 10.0, seed=args.seed,
+        )
+    except (OSError, ValueError) as exc:
+        print(f"edgespec simulate plan: {exc}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    result = plan(config, calibration)
+    print(result.table())
+    print(f"(planned in {time.perf_counter() - started:.1f} s wall)")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "plan.json").write_text(json.dumps(finite_json(result.to_dict()), indent=2) + "\n")
+        print(f"wrote {args.out / 'plan.json'}")
     return 0
 
 

@@ -13,7 +13,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import grpc
 
@@ -41,11 +41,45 @@ API_KEY_ENV = "EDGESPEC_API_KEY"  # read when no api_key is given
 
 
 class KeyedStub:
-    """The Speculative stub with the API key in the metadata of every call."""
+    """The Speculative stub over this client's channel, with the API key in every call's metadata.
 
-    def __init__(self, stub: pb_grpc.SpeculativeStub, api_key: str | None):
-        self._stub = stub
+    ``reconnect()`` moves later calls to a fresh channel (a new connection through the ingress):
+    after its replica drained, a session must not reopen over a connection that an old ingress
+    process still serves with the replica list it had (HAProxy keeps a reloaded worker's
+    connections, and its frozen list, until they close), or it lands on the draining replica
+    again. Streams already on the old channel go on; it is closed after ``RETIRE_AFTER_S``.
+    """
+
+    RETIRE_AFTER_S = 120.0  # HAProxy's hard-stop-after for a reloaded worker is 120 s
+    RECONNECT_EVERY_S = 0.05  # several sessions moving at once share one new connection
+
+    def __init__(self, connect: Callable[[], grpc.aio.Channel], api_key: str | None):
+        self._connect = connect
+        self.channel = connect()
+        self._stub = pb_grpc.SpeculativeStub(self.channel)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+        self._retired: list[grpc.aio.Channel] = []
+        self._connected_at = time.monotonic()
+
+    def reconnect(self) -> None:
+        if time.monotonic() - self._connected_at < self.RECONNECT_EVERY_S:
+            return
+        old = self.channel
+        self.channel = self._connect()
+        self._stub = pb_grpc.SpeculativeStub(self.channel)
+        self._connected_at = time.monotonic()
+        self._retired.append(old)
+        asyncio.get_running_loop().call_later(self.RETIRE_AFTER_S, lambda: asyncio.ensure_future(self._retire(old)))
+
+    async def _retire(self, channel: grpc.aio.Channel) -> None:
+        if channel in self._retired:
+            self._retired.remove(channel)
+            await channel.close()
+
+    async def close(self) -> None:
+        for channel in [*self._retired, self.channel]:
+            await channel.close()
+        self._retired.clear()
 
     def Session(self, **kwargs):
         return self._stub.Session(metadata=self._metadata, **kwargs)
@@ -102,16 +136,17 @@ class AsyncEdgeClient:
         self.timeout, self.max_retries = timeout, max_retries
         credentials = credentials or channel_credentials(tls, ca_cert)
         self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads)
+        options = list(channel_options)
         if credentials is None:
-            self._channel = grpc.aio.insecure_channel(server, options=list(channel_options))
+            connect = lambda: grpc.aio.insecure_channel(server, options=options)  # noqa: E731
         else:
-            self._channel = grpc.aio.secure_channel(server, credentials, options=list(channel_options))
-        self._stub = KeyedStub(pb_grpc.SpeculativeStub(self._channel), api_key or os.environ.get(API_KEY_ENV) or None)
+            connect = lambda: grpc.aio.secure_channel(server, credentials, options=options)  # noqa: E731
+        self._stub = KeyedStub(connect, api_key or os.environ.get(API_KEY_ENV) or None)
         self._draft_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-draft")
         self._info: ServerInfo | None = None
-        # What this client measured (round trip, forward time, acceptance): one planner per
-        # request mode, kept across requests so each starts from what the last one learned.
-        self._planners: dict[str, Planner] = {}
+        # What this client measured (round trip, forward time, acceptance): one planner per kind
+        # of request (see planner()), kept across requests so each starts from what the last one learned.
+        self._planners: dict[tuple, Planner] = {}
 
     async def __aenter__(self) -> "AsyncEdgeClient":
         return self
@@ -120,7 +155,7 @@ class AsyncEdgeClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._stub.close()
         self._draft_thread.shutdown(wait=False)
 
     # ---- server ------------------------------------------------------------------------
@@ -143,9 +178,14 @@ class AsyncEdgeClient:
 
     async def planner(self, params: GenerationParams) -> Planner:
         """The planner for this kind of request; a new one starts from the server's step times
-        and one round trip: the Info call that told them, when the channel was already warm."""
+        and one round trip: the Info call that told them, when the channel was already warm.
+
+        Requests share a planner only when the acceptance it forecasts is theirs: the same path
+        mode, verification mode and temperature (a greedy request's acceptance says little about
+        one sampled at T=1.2, and the reverse)."""
         mode = path_mode(params)
-        if mode not in self._planners:
+        key = (mode, params.mode, params.temperature, params.lookup)
+        if key not in self._planners:
             planner = Planner(mode)
             warm, started = self._info is not None, time.perf_counter()
             info = await self.info(refresh=True)  # the replica's current forward and decode costs
@@ -157,8 +197,8 @@ class AsyncEdgeClient:
                     planner.record_rtt(info_ms if warm else await self.probe_rtt())
                 except grpc.RpcError:
                     pass  # the generation itself will report a dead server
-            self._planners[mode] = planner
-        return self._planners[mode]
+            self._planners[key] = planner
+        return self._planners[key]
 
     async def _unary_with_retries(self, call):
         retries = Retries(self.max_retries, self.timeout)
@@ -166,7 +206,7 @@ class AsyncEdgeClient:
             try:
                 return await call()
             except grpc.RpcError as exc:
-                await asyncio.sleep(retries.next_delay(exc))  # raises the typed error when giving up
+                await retries.wait(exc)  # raises the typed error when giving up
 
     # ---- generation ---------------------------------------------------------------------
 

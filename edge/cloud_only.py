@@ -45,7 +45,7 @@ class CloudOnlyRun:
         self.finish_reason = ""
 
     async def chunks(self) -> AsyncIterator[list[int]]:
-        retries = Retries(self.max_retries, self.timeout)
+        retries = Retries(self.max_retries, self.timeout, self.stats, reroute=getattr(self.stub, "reconnect", None))
         started = time.perf_counter()
         while not self.finish_reason:
             request = generate_request(
@@ -68,6 +68,4 @@ class CloudOnlyRun:
                 if not self.finish_reason:  # the stream ended without saying why: a drop
                     raise StreamEnded(grpc.StatusCode.UNAVAILABLE, "the Generate stream ended before its last token")
             except (grpc.RpcError, asyncio.TimeoutError) as exc:
-                delay = retries.next_delay(exc)  # raises the typed error when giving up
-                self.stats.resumes += 1
-                await asyncio.sleep(delay)
+                await retries.wait(exc)  # raises the typed error when giving up

@@ -7,9 +7,10 @@ Terms:
 - *cache* (``cache_len``): the KV cache covers ``tokens[:cache_len]``. Tokens past it are
   *pending*: known, but not yet fed through the model. ``reset`` and ``append`` only add
   pending tokens; ``propose`` feeds them.
-- *proposal*: k drafted tokens d1..dk. ``propose(k)`` runs exactly k forwards: one over every
+- *proposal*: k drafted tokens d1..dk. ``propose(k)`` runs at most k forwards: one over every
   pending token (yielding d1), then one per draft d1..d(k-1). The last draft dk stays pending,
-  because the verifier may replace it.
+  because the verifier may replace it. A draft that context lookup decides alone needs no
+  logits: its forward is skipped and the tokens wait, pending, for the next one.
 
 One round, as the client runs it::
 
@@ -42,7 +43,9 @@ from edgespec.edge.graph import empty_past, open_session, run_graph
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
-from edgespec.edge.sampling import SparseDist, probs_from_logits, round_rng, sample, truncate_top_n
+from edgespec.edge.sampling import (
+    SparseDist, mix_point_mass, point_mass, probs_from_logits, round_rng, sample, truncate_top_n,
+)
 from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_fingerprint, load_tokenizer
 
 
@@ -182,6 +185,7 @@ class DraftModel:
         top_n: int = 0,
         lookup: LookupConfig | None = None,
         alternatives: bool = False,
+        lookup_weight: float = 1.0,
     ) -> Proposal:
         """Drafts ``k`` tokens after the context and appends them to ``tokens``.
 
@@ -190,8 +194,11 @@ class DraftModel:
         and that sparse distribution is returned in ``q`` (the verifier needs exactly it).
         ``rng`` defaults to ``round_rng(params.seed, stats.proposals)``; pass the session's
         per-round generator to make rounds reproducible.
-        ``lookup`` (greedy only): where the context's suffix occurred before, draft the token
-        that followed it instead of the argmax (see ``edgespec.edge.lookup``).
+        ``lookup``: where the context's suffix occurred before (see ``edgespec.edge.lookup``),
+        greedy drafts the token that followed it instead of the argmax; sampling draws from
+        ``mix_point_mass(model q, that token, lookup_weight, top_n)`` and returns that q. Where
+        the lookup alone decides (greedy without ``alternatives``, or ``lookup_weight`` 1) the
+        model is not run at that position: its token is fed with the next forward.
         ``alternatives`` (greedy only): also return each position's runner-up (``Proposal``),
         the material of a tree draft.
         """
@@ -213,18 +220,25 @@ class DraftModel:
         q: list[SparseDist] = []
         runners_up: list[tuple[int, float]] = []
         for _ in range(k):
-            logits = self._feed(self.tokens[self.cache_len :])[-1]
+            found = lookup_next(self.tokens, lookup) if lookup is not None else None
+            lookup_decides = found is not None and (lookup_weight == 1.0 if sampling else not alternatives)
+            # Pending tokens wait for the next forward: one forward over several costs about one.
+            logits = None if lookup_decides else self._feed(self.tokens[self.cache_len :])[-1]
             if sampling:
-                dist = truncate_top_n(probs_from_logits(logits, params), top_n)
-                token = sample(dist, rng)
-                q.append(dist)
-            else:
-                token = int(np.argmax(logits))
-                model_token = token
-                if lookup is not None:
-                    found = lookup_next(self.tokens, lookup)
+                if lookup_decides:
+                    dist = point_mass(found)
+                else:
+                    dist = truncate_top_n(probs_from_logits(logits, params), top_n)
                     if found is not None:
-                        token = found
+                        dist = mix_point_mass(dist, found, lookup_weight, top_n)
+                token = sample(dist, rng)  # NOTE: a point mass draws its uniform too: same stream either way
+                q.append(dist)
+            elif lookup_decides:
+                token = found
+            else:
+                token = model_token = int(np.argmax(logits))
+                if found is not None:
+                    token = found
                 if alternatives:
                     runners_up.append(_runner_up(logits, token, model_token))
             self.tokens.append(token)

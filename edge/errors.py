@@ -85,6 +85,18 @@ _BY_CODE = {
     grpc.StatusCode.PERMISSION_DENIED: AuthenticationError,
 }
 
+# What a replica that Serve is stopping (scale-down, redeploy) answers with UNAVAILABLE: the
+# verdict before it said ``draining``, or a new Open reached it before the ingress took it out.
+DRAINING_MESSAGE = (
+    "this replica is shutting down (scale-down or redeploy): open a new session with every committed token; "
+    "another replica takes it"
+)
+# An Open refused for that reason is tried again after about this long (the ingress takes the
+# replica out within its health-check interval).
+DRAINING_RETRY_S = 0.1
+# ... for at most this long (Serve's graceful shutdown of a replica lasts about as long).
+DRAINING_PATIENCE_S = 30.0
+
 # Worth a new attempt (a new session resumed from the committed tokens): the stream or the
 # replica went away, or the server was momentarily full.
 RETRYABLE_CODES = frozenset(

@@ -57,6 +57,9 @@ def _number(body: dict, name: str, default, kind=float, low=None, high=None):
     return value
 
 
+SEEDED_K = 4  # drafts per round of a seeded sampled request: the same seed, the same text
+
+
 def _stops(body: dict) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -79,6 +82,10 @@ def generation_params(body: dict) -> dict:
     seed = _number(body, "seed", None, int, 0, 2**63 - 1)
     if seed is not None:
         params["seed"] = seed
+        if temperature > 0:
+            # Draws are seeded per round; adaptive k (and the path switches that come with it)
+            # moves round boundaries with measured timings, so a seeded request drafts a fixed k.
+            params["k"] = SEEDED_K
     return params
 
 

@@ -26,6 +26,9 @@ MAX_TEMPERATURE = 100.0
 MAX_SEED = 2**64 - 1
 MAX_SEND_AHEAD = 8  # blocks in flight at most
 MAX_TREE_EXTRA = 16  # runner-up tokens per tree draft at most
+# draft_temperature "auto": the draft samples q at this fraction of the target's temperature.
+# A sharper q than p raised the acceptance sum min(p, q) on the demo pair (docs/sampling.md).
+DRAFT_TEMPERATURE_RATIO = 0.8
 
 
 class Mode(str, Enum):
@@ -104,9 +107,17 @@ class GenerationParams(SamplingParams):
     tree: greedy only; up to this many runner-up tokens ride along with a fresh block, as
     siblings of the drafts the draft was least sure of (a tree draft, verified in one forward).
     0 sends chains. A block with a tree is never followed by blocks sent ahead.
-    lookup: greedy only; where the last few tokens occurred earlier in the context, draft the
-    token that followed them there instead of the draft model's argmax (code repeats itself;
-    a one-layer draft cannot copy). The output is the target's either way.
+    lookup: where the last few tokens occurred earlier in the context, draft the token that
+    followed them there (code repeats itself; a one-layer draft cannot copy). Greedy: instead
+    of the draft model's argmax. Exact: q = lookup_weight * (point mass on that token) +
+    (1 - lookup_weight) * the model's q, sampled from and sent as is. Token: the proposal is
+    drafted as is. Lossless in every mode. "only": no draft model at all, every draft comes
+    from the context (a shorter suffix, then the last token, where nothing longer matches).
+    lookup_weight: exact mode, the mixture weight of the lookup's point mass in q (1 = a point
+    mass: the model is not run at that position; 0 = the model's q alone).
+    draft_temperature: sampling modes, the temperature of the draft's own q (any q is lossless
+    if it is what the draft sampled from); "auto" (default) is DRAFT_TEMPERATURE_RATIO times
+    the target's temperature, the ratio measured for acceptance (docs/sampling.md).
     """
 
     max_new_tokens: int = 128
@@ -114,7 +125,9 @@ class GenerationParams(SamplingParams):
     k: int | str = "auto"
     stop_token_ids: tuple[int, ...] | None = None
     top_n: int = 64
-    lookup: bool = True
+    lookup: bool | str = True
+    lookup_weight: float = 1.0
+    draft_temperature: float | str = "auto"
     speculate: bool | str = "auto"
     send_ahead: int | str = "auto"
     tree: int = 0
@@ -147,6 +160,15 @@ class GenerationParams(SamplingParams):
             raise ValueError(f"tree must be an integer in [0, {MAX_TREE_EXTRA}] (extra tokens per block), got {self.tree!r}")
         if self.tree and mode is not Mode.GREEDY:
             raise ValueError("tree drafts are verified greedily: use mode 'greedy' (temperature 0), or tree=0")
+        if self.lookup not in (True, False, "only"):
+            raise ValueError(f"lookup must be True, False or 'only' (no draft model), got {self.lookup!r}")
+        if self.tree and self.lookup == "only":
+            raise ValueError("tree drafts take the draft model's runner-up tokens: lookup 'only' has none, use tree=0")
+        if not (isinstance(self.lookup_weight, (int, float)) and 0.0 <= self.lookup_weight <= 1.0):
+            raise ValueError(f"lookup_weight must be in [0, 1] (1 = a point mass on the lookup's token), got {self.lookup_weight!r}")
+        t = self.draft_temperature
+        if t != "auto" and not (isinstance(t, (int, float)) and not isinstance(t, bool) and MIN_TEMPERATURE <= t <= MAX_TEMPERATURE):
+            raise ValueError(f"draft_temperature must be 'auto' or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {t!r}")
         if isinstance(self.send_ahead, str) and self.send_ahead.isdigit():
             object.__setattr__(self, "send_ahead", int(self.send_ahead))
         if self.send_ahead != "auto" and (not _is_int(self.send_ahead) or not 1 <= self.send_ahead <= MAX_SEND_AHEAD):
@@ -156,3 +178,13 @@ class GenerationParams(SamplingParams):
     def sampling(self) -> SamplingParams:
         """Just the sampling parameters (what defines p)."""
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
+
+    @property
+    def draft_sampling(self) -> SamplingParams:
+        """What the draft samples its q with: p's parameters at the draft's own temperature."""
+        if self.is_greedy:
+            return self.sampling
+        t = self.draft_temperature
+        if t == "auto":
+            t = min(MAX_TEMPERATURE, max(MIN_TEMPERATURE, DRAFT_TEMPERATURE_RATIO * self.temperature))
+        return SamplingParams(t, self.top_k, self.top_p, self.seed)

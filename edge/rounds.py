@@ -38,12 +38,13 @@ import numpy as np
 
 from edgespec.edge.errors import status_error
 from edgespec.edge.lookup import LookupConfig
+from edgespec.edge.lookup_draft import LookupDraft
 from edgespec.edge.params import GenerationParams, Mode
 from edgespec.edge.planner import Path, Planner
 from edgespec.edge.policy import make_policy
 from edgespec.edge.sampling import SparseDist, round_rng
 from edgespec.edge.stats import RequestStats
-from edgespec.edge.transport import Retries, SessionStream, StreamEnded, generate_tokens
+from edgespec.edge.transport import ReplicaMoved, Retries, SessionStream, StreamEnded, generate_tokens
 from edgespec.edge.types import RoundRecord, ServerInfo
 from edgespec.edge.wire import CLOSE_REQUEST, draft_request, finish_name, generate_request, open_request
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
@@ -88,6 +89,8 @@ class SpeculativeRun:
         planner: Planner | None = None,
         rtt_probe: Callable[[], Awaitable[float]] | None = None,
     ):
+        if params.lookup == "only":
+            draft = LookupDraft(draft)  # no draft model: every draft comes from the context
         self.stub, self.draft, self.draft_thread = stub, draft, draft_thread
         self.params, self.info = params, info
         self.timeout, self.max_retries = timeout, max_retries
@@ -103,12 +106,15 @@ class SpeculativeRun:
         self.round_no = 0  # the next round of seeded draws (a verification round, or a cloud token)
         self.policy = make_policy(params.k, k_max=info.max_k)
         self.sampling = None if params.mode is Mode.GREEDY else params.sampling
+        # What the draft samples q from: p's parameters at the draft's own temperature.
+        self.draft_sampling = None if self.sampling is None else params.draft_sampling
         self.top_n = params.top_n if params.mode is Mode.EXACT else 0
-        self.lookup = LookupConfig() if params.lookup and self.sampling is None else None
+        # Lossless in every mode: exact sends the (point-mass or mixed) q the lookup drew from.
+        self.lookup = LookupConfig() if params.lookup else None
         stop = params.stop_token_ids
         self.stop_token_ids = list(draft.manifest.eos_token_ids if stop is None else stop)
         # The draft can see at most this many positions; past it the cloud finishes alone.
-        self.max_context = min(info.max_context, draft.manifest.max_positions)
+        self.max_context = info.max_context if params.lookup == "only" else min(info.max_context, draft.manifest.max_positions)
         self._last_verdict_at = 0.0
 
     @property
@@ -123,7 +129,7 @@ class SpeculativeRun:
 
     async def chunks(self) -> AsyncIterator[list[int]]:
         started = time.perf_counter()
-        retries = Retries(self.max_retries, self.timeout)
+        retries = Retries(self.max_retries, self.timeout, self.stats, reroute=getattr(self.stub, "reconnect", None))
         path = self.planner.first_path(self.params.max_new_tokens, self.info.max_k)
         try:
             while not self.finish_reason:
@@ -139,10 +145,8 @@ class SpeculativeRun:
                         self._count(path, tokens)
                         yield tokens
                 except (grpc.RpcError, asyncio.TimeoutError) as exc:
-                    delay = retries.next_delay(exc)  # raises the typed error when giving up
-                    self.stats.resumes += 1
-                    await asyncio.sleep(delay)
-                    continue
+                    await retries.wait(exc)  # raises the typed error when giving up
+                    continue  # the same path again, from every committed token
                 if not self.finish_reason and (path is Path.CLOUD_ONLY or self._draft_room() >= 1):
                     path = Path.CLOUD_ONLY if path is Path.SPECULATIVE else Path.SPECULATIVE
                     self.stats.switches += 1
@@ -176,6 +180,7 @@ class SpeculativeRun:
             await self._send(stream, inflight, await self._fresh_block(prefilled=True))
             opened = (await stream.receive()).opened
             self.max_context = min(self.max_context, opened.max_context or self.max_context)
+            self.stats.replica_ids.append(opened.replica_id)
             while inflight:
                 # Step 2: keep the pipeline full with blocks drafted ahead.
                 await self._fill(stream, inflight)
@@ -196,6 +201,8 @@ class SpeculativeRun:
                 # Step 3: commit, and keep or drop what is in flight behind it.
                 new_tokens = self._commit(block, verdict, inflight)
                 yield new_tokens
+                if verdict.draining and not verdict.finished:
+                    raise ReplicaMoved()  # committed; the replica ends the stream: reopen elsewhere
                 if verdict.finished or self.planner.should_switch(Path.SPECULATIVE, self.remaining):
                     await stream.close(CLOSE_REQUEST)
                     return
@@ -299,7 +306,8 @@ class SpeculativeRun:
         k = self.policy.next_k(min(self.info.max_k, room, max(1, self.remaining - 1)))
         _, rng = self._rngs(self.round_no)
         tree = min(self.params.tree, self.info.max_tree_tokens - k) if self.sampling is None else 0
-        proposal = await self._on_draft_thread(self.draft.propose, k, self.sampling, rng, self.top_n, self.lookup, tree > 0)
+        proposal = await self._on_draft_thread(self.draft.propose, k, self.draft_sampling, rng, self.top_n, self.lookup,
+                                               tree > 0, self.params.lookup_weight)
         block = Block(self.round_no, proposal.tokens, proposal.q, None, proposal.draft_ms, prefilled)
         if tree > 0:
             add_leaves(block, proposal.alternatives, tree)
@@ -311,8 +319,9 @@ class SpeculativeRun:
         guess_rng, rng = self._rngs(round_no)
 
         def work():
-            guess = self.draft.propose(1, self.sampling, guess_rng, self.top_n, self.lookup)
-            return guess, self.draft.propose(k, self.sampling, rng, self.top_n, self.lookup)
+            weight = self.params.lookup_weight
+            guess = self.draft.propose(1, self.draft_sampling, guess_rng, self.top_n, self.lookup, False, weight)
+            return guess, self.draft.propose(k, self.draft_sampling, rng, self.top_n, self.lookup, False, weight)
 
         guess, proposal = await asyncio.get_running_loop().run_in_executor(self.draft_thread, work)
         return Block(round_no, proposal.tokens, proposal.q, guess.tokens[0], guess.draft_ms + proposal.draft_ms, False)

@@ -101,6 +101,38 @@ def truncate_top_n(probs: np.ndarray, n: int) -> SparseDist:
     return SparseDist(token_ids=order.astype(np.int32), probs=kept / kept.sum())
 
 
+def point_mass(token_id: int) -> SparseDist:
+    """q = 1 on ``token_id``: a context lookup's proposal as a draft distribution.
+
+    The verifier then accepts with probability p(x) and, on a reject, samples the residual
+    max(0, p - q), which is p with x removed: lossless, like any q the token was drawn from."""
+    return SparseDist(token_ids=np.array([token_id], dtype=np.int32), probs=np.ones(1))
+
+
+def mix_point_mass(dist: SparseDist, token_id: int, weight: float, top_n: int = 0) -> SparseDist:
+    """q = weight * (point mass on ``token_id``) + (1 - weight) * ``dist``, within ``top_n`` entries.
+
+    Sampling from the result and sending it keeps exact mode lossless. Where ``token_id`` is
+    not among ``dist``'s entries and ``dist`` already holds ``top_n``, ``dist`` is first cut
+    to its ``top_n - 1`` most likely tokens (renormalised), so q never lists more than ``top_n``.
+    ``weight`` 1 is ``point_mass``; 0 is ``dist`` itself (then ``token_id`` need not be listed).
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"weight must be in [0, 1], got {weight!r}")
+    if weight == 1.0:
+        return point_mass(token_id)
+    if weight == 0.0:
+        return dist
+    ids, probs = dist.token_ids, dist.probs
+    if not np.any(ids == token_id) and 0 < top_n <= ids.size:
+        ids, probs = ids[: top_n - 1], probs[: top_n - 1] / probs[: top_n - 1].sum()
+    mixed = dict(zip(ids.tolist(), ((1.0 - weight) * probs).tolist()))
+    mixed[int(token_id)] = mixed.get(int(token_id), 0.0) + weight
+    order = sorted(mixed, key=lambda t: (-mixed[t], t))  # decreasing probability, ties by id
+    weights = np.array([mixed[t] for t in order])
+    return SparseDist(token_ids=np.array(order, dtype=np.int32), probs=weights / weights.sum())
+
+
 def round_rng(seed: int, round_no: int) -> np.random.Generator:
     """A generator determined by (seed, round): a retried round draws the same numbers."""
     if seed < 0 or round_no < 0:

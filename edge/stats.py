@@ -18,6 +18,7 @@ class RequestStats:
     generated: int = 0  # tokens committed by this request (what the user receives)
     target_calls: int = 0
     resumes: int = 0  # streams re-opened after a break
+    moves: int = 0  # streams re-opened because their replica was shutting down (drain)
     ahead_hits: int = 0  # blocks sent ahead of the previous verdict that were verified
     discarded_blocks: int = 0  # blocks sent ahead whose assumption failed (no forward ran for them)
     cloud_only_tokens: int = 0  # tokens the target decoded alone (Generate): cloud-only path
@@ -33,6 +34,8 @@ class RequestStats:
     accepted_at: list[int] = field(default_factory=list)
     k_history: list[int] = field(default_factory=list)
     server_batch_sizes: list[int] = field(default_factory=list)
+    move_outages_s: list[float] = field(default_factory=list)  # per move: last token before -> first after
+    replica_ids: list[str] = field(default_factory=list)  # the replica of each speculative stream, in order
 
     def record_round(self, k: int, accepted: int, emitted: int, *, batch_size: int = 0) -> None:
         """Counts one verified round: ``k`` drafts, ``accepted`` passed, ``emitted`` committed."""
@@ -67,6 +70,8 @@ class RequestStats:
                     mine[i] += value
             out.k_history.extend(item.k_history)
             out.server_batch_sizes.extend(item.server_batch_sizes)
+            out.move_outages_s.extend(item.move_outages_s)
+            out.replica_ids.extend(item.replica_ids)
         return out
 
     # ---- derived rates -------------------------------------------------------------------
@@ -138,4 +143,5 @@ class RequestStats:
             + (f", {self.ahead_hits} sent ahead / {self.discarded_blocks} discarded" if self.ahead_hits or self.discarded_blocks else "")
             + (f", {self.cloud_only_tokens} cloud-only tokens, {self.switches} switch(es)" if self.cloud_only_tokens else "")
             + (f", {self.resumes} resume(s)" if self.resumes else "")
+            + (f", moved {self.moves} time(s) (longest outage {max(self.move_outages_s, default=0) * 1000:.0f} ms)" if self.moves else "")
         )

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import AsyncIterator
+import time
+from typing import AsyncIterator, Callable
 
 import grpc
 
-from edgespec.edge.errors import EdgespecError, RequestTimeoutError, from_rpc_error, is_retryable
+from edgespec.edge.errors import (
+    DRAINING_MESSAGE,
+    DRAINING_PATIENCE_S,
+    DRAINING_RETRY_S,
+    EdgespecError,
+    RequestTimeoutError,
+    from_rpc_error,
+    is_retryable,
+)
 from edgespec.edge.stats import RequestStats
 from edgespec.edge.wire import finish_name, wire_bytes
 from edgespec.v1 import speculative_pb2 as pb
@@ -35,21 +44,58 @@ def typed_error(error: BaseException, timeout: float) -> EdgespecError:
 
 
 class Retries:
-    """Counts consecutive failed attempts; progress (a committed token) resets the count."""
+    """Counts consecutive failed attempts; progress (a committed token) resets the count.
 
-    def __init__(self, max_retries: int, timeout: float):
-        self.max_retries, self.timeout = max_retries, timeout
+    With ``stats``, ``wait`` counts each break there: ``resumes`` after a failure, ``moves``
+    (and the outage until the next committed token, ``move_outages_s``) when a draining
+    replica sent the session elsewhere. ``reroute`` (the client's ``KeyedStub.reconnect``: a
+    fresh connection through the ingress) runs before reopening where another replica should
+    take the session: after a move, a draining refusal, or a full replica (RESOURCE_EXHAUSTED)."""
+
+    def __init__(self, max_retries: int, timeout: float, stats: RequestStats | None = None,
+                 reroute: Callable[[], None] | None = None):
+        self.max_retries, self.timeout, self.stats, self.reroute = max_retries, timeout, stats, reroute
         self.failures = 0
+        self._draining_since: float | None = None  # the first Open a draining replica refused
+        self._moved_at: float | None = None
 
     def progress(self) -> None:
         self.failures = 0
+        self._draining_since = None
+        if self._moved_at is not None and self.stats is not None:
+            self.stats.move_outages_s.append(time.perf_counter() - self._moved_at)
+        self._moved_at = None
 
     def next_delay(self, error: BaseException) -> float:
-        """Seconds to wait before the next attempt; raises the typed error when giving up."""
+        """Seconds to wait before the next attempt; raises the typed error when giving up.
+
+        A session told to move (``ReplicaMoved``) reopens at once and counts no failure. An
+        Open refused by a draining replica (the ingress had not taken it out yet) is tried
+        again after a short pause, for as long as a drain lasts, and counts no failure either."""
+        if isinstance(error, ReplicaMoved):
+            return 0.0
+        if is_draining_refusal(error):
+            now = time.monotonic()
+            self._draining_since = self._draining_since or now
+            if now - self._draining_since <= DRAINING_PATIENCE_S:
+                return DRAINING_RETRY_S * (0.5 + random.random() / 2)
         self.failures += 1
         if not is_retryable(error) or self.failures > self.max_retries:
             raise typed_error(error, self.timeout) from None
         return backoff_s(self.failures)
+
+    async def wait(self, error: BaseException) -> None:
+        """Counts the break and waits before the next attempt (raises the typed error when giving up)."""
+        delay = self.next_delay(error)
+        if self.reroute is not None and (isinstance(error, ReplicaMoved) or is_draining_refusal(error) or _code(error) == grpc.StatusCode.RESOURCE_EXHAUSTED):
+            self.reroute()
+        if self.stats is not None:
+            if isinstance(error, ReplicaMoved):
+                self.stats.moves += 1
+                self._moved_at = time.perf_counter()
+            elif not is_draining_refusal(error):
+                self.stats.resumes += 1
+        await asyncio.sleep(delay)
 
 
 class StreamEnded(grpc.RpcError):
@@ -65,6 +111,24 @@ class StreamEnded(grpc.RpcError):
 
     def details(self) -> str:
         return self._details
+
+
+class ReplicaMoved(StreamEnded):
+    """The replica is shutting down and said so with its last answer (``draining``): what it
+    sent is committed; the generation goes on over a new stream, on another replica."""
+
+    def __init__(self):
+        super().__init__(grpc.StatusCode.UNAVAILABLE, DRAINING_MESSAGE)
+
+
+def _code(error: BaseException) -> grpc.StatusCode | None:
+    return error.code() if isinstance(error, grpc.RpcError) else None
+
+
+def is_draining_refusal(error: BaseException) -> bool:
+    """An UNAVAILABLE from a replica that is shutting down (its message says so)."""
+    return (isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE
+            and (error.details() or "").startswith(DRAINING_MESSAGE))
 
 
 async def _ended(call) -> StreamEnded:
@@ -140,5 +204,7 @@ async def generate_tokens(stub, request: pb.GenerateRequest, timeout: float, sta
                 return
             stats.bytes_received += wire_bytes(reply)
             yield list(reply.token_ids), finish_name(reply.finish_reason) if reply.finished else ""
+            if reply.draining and not reply.finished:
+                raise ReplicaMoved()
     finally:
         call.cancel()

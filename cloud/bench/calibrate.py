@@ -1,77 +1,51 @@
 """Calibrating the fleet simulator from measurements of this pair on this machine.
 
-- verification time: the replica's own engine timed in-process over a grid of (batch size,
-  tokens per row), each row with a realistic context;
+- verification time: the replica's own forward + accept times (in its verdicts) for raw
+  sessions of random drafts at several batch sizes and k, at the workload's context, fitted as
+  a linear batch curve (``replica_verify_model``);
 - draft ms/token, acceptance at each position, message sizes: a greedy loopback run of the
-  real client at k = k_max through the Serve gRPC path;
+  real client at k = k_max through the Serve gRPC path (``calibrate``);
 - the ingress (proxy and replica I/O, a queue shared by the replica's sessions; see
-  ``edgespec.cloud.simulate.calibration``), from single sessions only: per round message, half
-  of that run's send -> verdict time minus the forward time; per streamed message, the steady
-  cloud-only ms/token (after the first token) minus one decode step. All of that overhead is
-  taken to be queueing CPU work (non-queueing remainders 0).
+  ``edgespec.cloud.simulate.calibration``): the overhead of a raw round beyond its forward,
+  split into queueing service and latency by a loaded replica (``split_round_ingress``); the
+  real client's own time per round on top of it is its latency; a streamed token's cost from
+  raw Generate streams (``stream_latency``);
+- each link's fixed cost per round, from raw rounds through it (``link_round_overhead``).
+
+Every figure comes from raw rounds or single sessions, never from the multi-session runs of
+real drafts that the simulator is checked against (``simcheck.py``).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
-from pathlib import Path
 
-import torch
+import numpy as np
 
 from edgespec.cloud.bench.diagnosis import Diagnosis
 from edgespec.cloud.bench.harness import Harness, Summary, shown
-from edgespec.cloud.serving.config import VerifierConfig
-from edgespec.cloud.serving.engine import TargetEngine
+from edgespec.cloud.bench.ingress import raw_rounds
+from edgespec.cloud.link.profiles import DirectionSchedule, LinkProfile
 from edgespec.cloud.simulate.calibration import Calibration, VerifyModel
-
-BATCHES = (1, 2, 4, 8, 16, 32)
-TOKENS_PER_ROW = (1, 3, 5, 9)
-
-
-def time_verify_table(
-    target: Path, context: int = 256, repeats: int = 5, batches=BATCHES, tokens=TOKENS_PER_ROW
-) -> tuple[VerifyModel, float]:
-    """Median ms of one engine forward for each (batch, tokens per row), contexts of ``context``;
-    and the ms of prefilling one such context."""
-    torch.set_num_threads(1)
-    engine = TargetEngine(VerifierConfig(model=str(target), device="cpu", torch_threads=1))
-    generator = torch.Generator().manual_seed(0)
-    sessions, prefill_ms = [], []
-    for _ in range(max(batches)):
-        kv = engine.new_kv()
-        started = time.perf_counter()
-        engine.prefill(kv, torch.randint(0, engine.vocab_size, (context,), generator=generator).tolist())
-        prefill_ms.append((time.perf_counter() - started) * 1000)
-        sessions.append(kv)
-    table = []
-    for batch in batches:
-        row = []
-        for n in tokens:
-            samples = []
-            for _ in range(repeats):
-                rows = [(kv, torch.randint(0, engine.vocab_size, (n,), generator=generator).tolist()) for kv in sessions[:batch]]
-                started = time.perf_counter()
-                engine.forward(rows)
-                samples.append((time.perf_counter() - started) * 1000)
-                for kv in sessions[:batch]:
-                    engine.trim(kv, context)
-            row.append(statistics.median(samples))
-        table.append(row)
-    model = VerifyModel(batch=tuple(batches), tokens_per_row=tuple(tokens), ms=tuple(tuple(r) for r in table))
-    return model, statistics.median(prefill_ms)
+from edgespec.cloud.simulate.config import FleetConfig
+from edgespec.cloud.simulate.engine import SPECULATIVE, simulate_path
 
 
 def calibrate(
     harness: Harness,
     prompts: list[str],
     verify: VerifyModel,
-    prefill_ms: float,
+    prefill_ms: float | None,
     *,
     k: int = 8,
     max_new_tokens: int = 64,
+    round_message_ms: float | None = None,
     progress=print,
 ) -> Calibration:
+    """``round_message_ms``: the ingress service time of a round message when measured under
+    load (``split_round_ingress``); the rest of the single-session round overhead is then pure
+    latency (``round_overhead_ms``). None: all of it queues (two messages). ``prefill_ms``
+    None: taken from the cloud-only runs (first token less a steady token)."""
     # One block in flight: the simulator models rounds one after another (no send-ahead).
     params = dict(max_new_tokens=max_new_tokens, k=k, send_ahead=1, stop_token_ids=())
     spec = harness.run(prompts, params, "calibration (speculative)")
@@ -92,13 +66,20 @@ def calibrate(
     ]
     cloud_ms_per_token = statistics.median(steady) if steady else cloud_summary.ms_per_token
     stream_message_ms = max(cloud_ms_per_token - verify(1, 1), 0.0)
+    if prefill_ms is None:
+        first = [1000.0 * c.stats.first_token_s - cloud_ms_per_token - stream_message_ms for c in cloud if c.stats.generated > 1]
+        prefill_ms = max(statistics.median(first), 0.0) if first else 0.0
+    if round_message_ms is None:
+        round_message_ms = round_overhead / 2  # Draft in, Verdict out
+    round_latency_ms = max(round_overhead - 2 * round_message_ms, 0.0)
     spec_summary = Summary.of(spec)
     rounds_total = max(spec_summary.rounds, 1)
     up_per_round = sum(s.stats.bytes_sent for s in spec) / rounds_total
     down_per_round = sum(s.stats.bytes_received for s in spec) / rounds_total
     down_per_token = sum(c.stats.bytes_received for c in cloud) / max(cloud_summary.tokens, 1)
     progress(f"  calibration: draft {spec_summary.draft_ms_per_token:.2f} ms/token, round overhead {round_overhead:.2f} ms "
-             f"(ingress {round_overhead / 2:.2f} ms/message), stream ingress {stream_message_ms:.2f} ms/message, "
+             f"(ingress {round_message_ms:.2f} ms/message + {round_latency_ms:.2f} ms latency), stream ingress "
+             f"{stream_message_ms:.2f} ms/message, prefill {prefill_ms:.1f} ms, "
              f"acceptance by position {[round(a, 2) for a in acceptance]}")
     return Calibration(
         source=f"measured on this machine: target {shown(harness.target)}, draft {shown(harness.draft)}, loopback, {len(prompts)} prompts",
@@ -106,9 +87,9 @@ def calibrate(
         draft_cv=0.1,
         acceptance=acceptance,
         verify=verify,
-        ingress_ms_per_round_message=round_overhead / 2,  # Draft in, Verdict out
+        ingress_ms_per_round_message=round_message_ms,
         ingress_ms_per_stream_message=stream_message_ms,
-        round_overhead_ms=0.0,
+        round_overhead_ms=round_latency_ms,
         stream_overhead_ms=0.0,
         prefill_ms=prefill_ms,
         # Payload + gRPC framing as counted by the client; HTTP/2 frame headers add ~9 B each.
@@ -118,3 +99,142 @@ def calibrate(
         open_bytes=400,
         down_bytes_per_token=max(int(down_per_token), 1),
     )
+
+
+# ---- the replica as it serves: its batch curve, its ingress, each link's fixed cost -------------
+
+
+def replica_verify_model(
+    address: str, fingerprint: str, vocab: int, *, ks=(1, 4, 8), session_counts=(1, 2, 4, 8, 16), rounds: int = 12,
+    decode_ms: float = 0.0, context: int = 32,
+) -> tuple[VerifyModel, list[dict]]:
+    """The replica's own forward + accept time (reported in every verdict) as a measured table.
+
+    Raw sessions of random drafts (nothing is accepted, so every row is k + 1 tokens) at each
+    session count n and k, direct to the server; the cell (n, k + 1) is the median forward of
+    that run's batches of n rows. ``context``: the rows' mean context during the runs (prompt of
+    context - rounds / 2 tokens, one committed token per round): give the workload's, as a
+    row's cost grows with its context (on the demo pair, 7 ms per row at 271 tokens against
+    2.8 ms at 50: the batch's padded KV cache is rebuilt for every forward).
+
+    One-token rows (a Generate decode step) cannot be sent as a round (a Draft holds >= 1
+    token), so that column is the smallest-k column less the gap at batch 1 between it and
+    ``decode_ms``, the replica's own lone decode step: a decode step is not a short
+    verification (on the demo pair 1 token costs 20 ms, 2 tokens 21, 5 tokens 21.4). Better,
+    give ``verify_table`` the decode steps measured on real streams (``decode_steps``).
+
+    Why not the engine timed in this process (what the calibration did before): another
+    process, another moment, no gRPC server beside it, and short made-up contexts.
+    """
+    runs, cells = [], {}
+    for k in ks:
+        for n in session_counts:
+            raw = raw_rounds(address, fingerprint, vocab, k, rounds, n, prompt_len=max(context - rounds // 2, 1))
+            by_batch = raw["verify_ms_by_batch"]
+            _, ms = by_batch.get(n) or max(by_batch.values())  # else the most common batch's
+            cells[(n, k + 1)] = ms
+            runs.append(raw)
+    return verify_table(cells, {1: decode_ms} if decode_ms > 0 else None), runs
+
+
+def verify_table(cells: dict[tuple[int, int], float], decode: dict[int, float] | None = None) -> VerifyModel:
+    """A ``VerifyModel`` table from {(batch, tokens_per_row): ms} over a full grid, plus a
+    one-token column from the replica's decode step times {batch: ms}: with one (the lone step)
+    the column grows with the batch as the smallest-k column does; with several it is linear
+    between them (the replica's batched decode step, from Info after a burst of streams)."""
+    batches = sorted({b for b, _ in cells})
+    tokens = sorted({t for _, t in cells})
+    grid = [[cells[(b, t)] for t in tokens] for b in batches]
+    if decode and tokens[0] > 1:
+        if len(decode) == 1:
+            ((at, ms),) = decode.items()
+            gap = cells[(at, tokens[0])] - ms
+            column = [row[0] - gap for row in grid]
+        else:
+            known = sorted(decode)
+            column = [float(np.interp(b, known, [decode[x] for x in known])) for b in batches]
+        # NOTE: a noisy gap could push a cell to or below 0; a forward never takes < 1 us.
+        grid = [[max(value, 1e-3)] + row for value, row in zip(column, grid)]
+        tokens = [1] + tokens
+    return VerifyModel(batch=tuple(batches), tokens_per_row=tuple(tokens), ms=tuple(tuple(row) for row in grid))
+
+
+def decode_steps(steps: list[tuple[int, float]], min_forwards: int = 3) -> dict[int, float]:
+    """The replica's decoding step by batch size, {batch: median ms}, from the (batch_size,
+    step_ms) of every reply of real Generate streams (``raw_streams(steps=...)``).
+
+    Each forward is reported once per stream in it, so a batch of b rows appears b times (the
+    median is the same as over forwards); a batch size seen in fewer than ``min_forwards``
+    forwards is dropped (a stream's ramp-up or tail, too few to trust). Replies without the
+    diagnostics (batch_size 0: an older replica) are ignored.
+    """
+    by_batch: dict[int, list[float]] = {}
+    for batch, ms in steps:
+        if batch > 0:
+            by_batch.setdefault(batch, []).append(ms)
+    return {b: statistics.median(v) for b, v in sorted(by_batch.items()) if len(v) >= min_forwards * b}
+
+
+def link_round_trip_ms(profile: LinkProfile, up_bytes: int, down_bytes: int, samples: int = 4001) -> float:
+    """Median of the delay the profile models for one round (one chunk up, one down), sampled
+    with the simulator's own arithmetic (``DirectionSchedule``), chunks far apart."""
+    import random
+
+    draws = random.Random(f"round-trip/{profile.name}")
+    up, down = DirectionSchedule(profile, "up", draws.random), DirectionSchedule(profile, "down", draws.random)
+    delays = []
+    for i in range(samples):
+        t = i * 1e5
+        delays.append(up.release_ms(t, up_bytes) - t + down.release_ms(t + 5e4, down_bytes) - (t + 5e4))
+    return statistics.median(delays)
+
+
+def link_round_overhead(measured_overhead_ms: float, direct_overhead_ms: float, profile: LinkProfile,
+                        up_bytes: int, down_bytes: int) -> float:
+    """The per-round fixed cost of a link (``Calibration`` docstring, "Per-link fixed cost"):
+    what a raw round through it costs beyond the same round direct and the profile's delay."""
+    return max(measured_overhead_ms - direct_overhead_ms - link_round_trip_ms(profile, up_bytes, down_bytes), 0.0)
+
+
+def split_round_ingress(verify: VerifyModel, single_overhead_ms: float, loaded: dict, batch_wait_ms: float) -> float:
+    """The ingress service time per round message, from raw rounds at one session and at many.
+
+    One session cannot tell queueing work from pure latency (both add to its round the same);
+    a loaded replica can: its N sessions' messages queue for the ingress, the latency does not.
+    The split is the service time s (with the latency L = overhead(1) - 2 s) for which the
+    simulator, replaying ``loaded`` (N raw sessions of random drafts, nothing accepted), comes
+    closest to its measured mean round time; s on a grid over [0, overhead(1) / 2] (not a
+    bisection: the round time is not monotonic in s, as a slow ingress staggers the sessions'
+    drafts past the scheduler's gather and splits the batches).
+    """
+    sessions, k = loaded["sessions"], loaded["k"]
+    target = loaded["round_ms_mean"]
+
+    def simulated_round_ms(service_ms: float) -> float:
+        calibration = Calibration(
+            source="ingress split", draft_ms_per_token=1e-3, draft_cv=0.0, acceptance=(0.0,), verify=verify,
+            ingress_ms_per_round_message=service_ms, round_overhead_ms=max(single_overhead_ms - 2 * service_ms, 0.0),
+            prefill_ms=0.0,
+        )
+        config = FleetConfig(devices=sessions, link_mix="loopback", k=k, tokens_per_device=60, batch_wait_ms=batch_wait_ms,
+                             max_batch_size=max(sessions, 1))
+        return simulate_path(config, calibration, SPECULATIVE).mean_ms_per_token  # one token per round
+
+    grid = [single_overhead_ms / 2 * i / 40 for i in range(41)]
+    return min(grid, key=lambda s: (abs(simulated_round_ms(s) - target), s))
+
+
+def stream_prefill(streams: list[tuple[int, float, float]], message_ms: float) -> float:
+    """A prompt's prefill as a session sees it, from raw Generate streams of one session: the
+    first token's time less a steady token's less the request's ingress service."""
+    firsts = [1000.0 * first - 1000.0 * (wall - first) / (tokens - 1) - message_ms for tokens, wall, first in streams if tokens > 1]
+    return max(statistics.median(firsts), 0.0) if firsts else 0.0
+
+
+def stream_latency(streams: list[tuple[int, float, float]], decode_ms: float, message_ms: float) -> float:
+    """The non-queueing part of a streamed token (``stream_overhead_ms``), from raw Generate
+    streams of one session (tokens, seconds to the last, to the first): the steady ms/token
+    less the replica's decode step less the message's ingress service (taken equal to a round
+    message's: the same interpreter work, one small protobuf through the same gRPC server)."""
+    steady = [1000.0 * (wall - first) / (tokens - 1) for tokens, wall, first in streams if tokens > 1]
+    return max(statistics.median(steady) - decode_ms - message_ms, 0.0) if steady else 0.0

@@ -20,7 +20,7 @@ from typing import Callable
 from edgespec.edge.client import EdgeClient
 
 # GenerationParams fields that only speculation reads; a cloud-only arm leaves them out.
-SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "send_ahead", "tree", "speculate")
+SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "lookup_weight", "draft_temperature", "send_ahead", "tree", "speculate")
 from edgespec.edge.types import Result
 
 
@@ -183,6 +183,11 @@ class Harness:
     def warm_up(self, prompt: str) -> None:
         self.client.generate(prompt, max_new_tokens=16, k=4)
         self.client.generate_cloud(prompt, max_new_tokens=16)
+
+    def new_client(self) -> EdgeClient:
+        """A client of its own (its own planner, starting from nothing measured), for an arm whose
+        figures must not steer or be steered by another arm's (the caller closes it)."""
+        return EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120)
 
     def speculative(self, prompt: str, params: dict) -> Result:
         return self.client.generate(prompt, **params)

@@ -60,7 +60,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))]
 
 
-async def _raw_session(address: str, fingerprint: str, vocab: int, k: int, rounds: int, seed: int, out: dict) -> None:
+async def _raw_session(address: str, fingerprint: str, vocab: int, k: int, rounds: int, seed: int, out: dict,
+                       prompt_len: int = 32) -> None:
     import grpc
 
     from edgespec.v1 import speculative_pb2 as pb
@@ -69,7 +70,7 @@ async def _raw_session(address: str, fingerprint: str, vocab: int, k: int, round
     rng = random.Random(seed)
     async with grpc.aio.insecure_channel(address) as channel:
         call = pb_grpc.SpeculativeStub(channel).Session()
-        prompt = [rng.randrange(vocab) for _ in range(32)]
+        prompt = [rng.randrange(vocab) for _ in range(prompt_len)]
         await call.write(pb.SessionRequest(open=pb.Open(
             prompt_ids=prompt, mode=pb.VERIFY_MODE_GREEDY, tokenizer_fingerprint=fingerprint, max_new_tokens=rounds * (k + 1),
         )))
@@ -93,25 +94,33 @@ async def _raw_session(address: str, fingerprint: str, vocab: int, k: int, round
         await call.read()  # Closed
 
 
-def raw_rounds(address: str, fingerprint: str, vocab: int, k: int, rounds: int, sessions: int) -> dict:
-    """N raw sessions at once, each ``rounds`` rounds of k random drafts; the figures of all of them."""
+def raw_rounds(address: str, fingerprint: str, vocab: int, k: int, rounds: int, sessions: int, prompt_len: int = 32) -> dict:
+    """N raw sessions at once, each ``rounds`` rounds of k random drafts after a random prompt of
+    ``prompt_len`` tokens (a forward's cost grows with its rows' context); the figures of all of them."""
     out = {"latency_ms": [], "overhead_ms": [], "batch": [], "verify_ms": [], "verified": 0}
 
     async def run_all():
-        await asyncio.gather(*(_raw_session(address, fingerprint, vocab, k, rounds, s, out) for s in range(sessions)))
+        await asyncio.gather(*(_raw_session(address, fingerprint, vocab, k, rounds, s, out, prompt_len) for s in range(sessions)))
 
     started = time.perf_counter()
     asyncio.run(run_all())
     wall = time.perf_counter() - started
+    by_batch: dict[int, list[float]] = {}
+    for batch, verify_ms in zip(out["batch"], out["verify_ms"]):
+        by_batch.setdefault(batch, []).append(verify_ms)
     return {
         "sessions": sessions,
+        "k": k,
         "round_ms_median": statistics.median(out["latency_ms"]),
+        "round_ms_mean": statistics.fmean(out["latency_ms"]),
         "round_ms_p90": percentile(out["latency_ms"], 0.9),
         "overhead_ms_median": statistics.median(out["overhead_ms"]),
         "verify_ms_median": statistics.median(out["verify_ms"]),
         "verified_tokens_per_s": out["verified"] / wall,
         "batch_mean": statistics.mean(out["batch"]),
         "batch_max": max(out["batch"]),
+        # The replica's forward + accept time by batch size: (rounds, median ms).
+        "verify_ms_by_batch": {b: (len(v), statistics.median(v)) for b, v in sorted(by_batch.items())},
     }
 
 

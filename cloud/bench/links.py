@@ -13,7 +13,8 @@ where a round's time goes, and the fleet simulator checked against the emulator.
      the devices' drafting replayed off this machine's cores (``replay.py``: the same drafts a
      real device sends, every output checked; 16 SDK clients drafting on the replica's two
      cores measure the clients instead);
-   - the simulator's prediction for 1 and N sessions of k=4 rounds against the emulator;
+   - the simulator's prediction for 1 and N sessions of k=4 rounds against the emulator
+     (``simcheck.py``, which ``edgespec bench simcheck`` runs alone, with its calibration);
 3. the same speedup, measured through another ingress (Serve's proxy) in a child process;
 4. simulator sweeps with the measured calibration.
 """
@@ -29,15 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from edgespec.cloud.bench.calibrate import calibrate, time_verify_table
-from edgespec.cloud.bench.capacity import measure as measure_sessions
-from edgespec.cloud.bench.replay import make_scripts, measure_replay
+from edgespec.cloud.bench.replay import measure_replay
+from edgespec.cloud.bench.simcheck import calibrate_link, calibrate_replica, check_profile
 from edgespec.cloud.bench.harness import Harness, Summary, shown
 from edgespec.cloud.bench.ingress import raw_rounds
 from edgespec.cloud.link.profiles import get_profile
 from edgespec.cloud.simulate import sweeps
-from edgespec.cloud.simulate.config import FleetConfig
-from edgespec.cloud.simulate.engine import simulate
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,8 @@ def _greedy(config: LinksConfig, **params) -> dict:
     return dict(max_new_tokens=config.max_new_tokens, stop_token_ids=(), seed=config.seed, **params)
 
 
+SIMULATED_K = 4  # the simulator check's k (one block in flight)
+
 # The variants: always speculating, one thing changed at a time.
 VARIANTS = {
     "k4_one_in_flight": dict(k=4, send_ahead=1),
@@ -84,19 +84,18 @@ def run_links(config: LinksConfig, out: Path, progress: Callable[[str], None] = 
         harness.warm_up(config.prompts[0])
         progress("[1/4] calibrating: the ingress (raw rounds, direct and through the emulator) and the simulator")
         ingress = _ingress_calibration(harness)
-        harness.use_link(get_profile("loopback"))
-        verify, prefill_ms = time_verify_table(config.target)
-        calibration = calibrate(harness, config.prompts[:4], verify, prefill_ms, k=8, max_new_tokens=config.max_new_tokens,
-                                progress=progress)
-        calibration.save(out / "calibration.json")
-        scripts = make_scripts(harness.client, config.prompts, config.max_new_tokens)  # the replayed devices' drafts
+        calibration, replayed, scripts, replica = calibrate_replica(  # scripts: the replayed devices' drafts
+            harness, config.prompts, sessions=config.sessions, k=SIMULATED_K, max_new_tokens=config.max_new_tokens,
+            progress=progress)
         rows = []
         for index, name in enumerate(config.profiles):
             profile = get_profile(name)
             progress(f"[2/4] link {name} ({index + 1}/{len(config.profiles)}): RTT {profile.rtt_ms} ms + jitter {profile.jitter_ms} ms")
             harness.use_link(profile)
-            rows.append(_profile_row(harness, config, profile, calibration, ingress, scripts, progress))
+            calibration, replayed, _ = calibrate_link(harness, profile, (calibration, replayed), replica, k=SIMULATED_K, rounds=15)
+            rows.append(_profile_row(harness, config, profile, (calibration, replayed), ingress, scripts, progress))
         harness.use_link(None)
+        calibration.save(out / "calibration.json")
     progress("[3/4] the headline comparison through the other ingress(es), in a child process each")
     others = {ingress_name: _other_ingress(config, ingress_name, progress) for ingress_name in config.other_ingresses}
     for row in rows:
@@ -135,7 +134,7 @@ def _ingress_calibration(harness: Harness) -> dict:
     }
 
 
-def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, ingress: dict, scripts, progress) -> dict:
+def _profile_row(harness: Harness, config: LinksConfig, profile, calibrations, ingress: dict, scripts, progress) -> dict:
     main = config.prompts[: config.main_prompts]
     few = config.prompts[: config.variant_prompts]
     spec, cloud = harness.compare(main, _greedy(config), profile.name)
@@ -163,7 +162,8 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibration, in
     capacities = [measure_replay(harness.address, harness.info.tokenizer_fingerprint, scripts, config.sessions, k,
                                  cloud_first=i % 2 == 0) for i, k in enumerate(config.capacity_k)]
     capacity = max(capacities, key=lambda row: row.gain)
-    sim = _simulator_check(harness, config, profile, calibration)
+    sim = check_profile(harness, profile, *calibrations, scripts, sessions=config.sessions, k=SIMULATED_K,
+                        max_new_tokens=config.max_new_tokens, prompts=config.prompts[: config.variant_prompts], seed=config.seed)
     row = {
         "profile": profile.name,
         "rtt_ms": profile.rtt_ms,
@@ -226,30 +226,6 @@ def _breakdown(results, delays, ingress: dict) -> dict:
         "error": total / measured - 1.0 if measured else 0.0,
         "rounds": len(rounds),
     }
-
-
-def _simulator_check(harness: Harness, config: LinksConfig, profile, calibration) -> dict:
-    """The simulator (k=4, one block in flight, as it models) against the emulator, 1 and N sessions."""
-    params = _greedy(config, k=4, send_ahead=1)
-    singles = [
-        measure_sessions(harness.address, harness.draft, [config.prompts[i % len(config.prompts)]], 1, params, first_cloud=i % 2 == 1)
-        for i in range(3)
-    ]
-    many = measure_sessions(harness.address, harness.draft, config.prompts, config.sessions, params, first_cloud=True)
-    measured = {
-        "spec_1": statistics.mean(r.speculative_ms_per_token for r in singles),
-        "cloud_1": statistics.mean(r.cloud_only_ms_per_token for r in singles),
-        "spec_n": many.speculative_ms_per_token,
-        "cloud_n": many.cloud_only_ms_per_token,
-    }
-    predicted = {}
-    for label, devices in (("1", 1), ("n", config.sessions)):
-        result = simulate(FleetConfig(devices=devices, link_mix=profile, k=4, tokens_per_device=config.max_new_tokens, seed=config.seed),
-                          calibration)
-        predicted[f"spec_{label}"] = result.speculative.mean_ms_per_token
-        predicted[f"cloud_{label}"] = result.cloud_only.mean_ms_per_token
-    errors = {key: predicted[key] / measured[key] - 1.0 for key in measured}
-    return {"predicted": predicted, "measured": measured, "errors": errors}
 
 
 def _other_ingress(config: LinksConfig, ingress: str, progress) -> dict:

@@ -20,6 +20,7 @@ emulator when one is in use), one after the other, the same sessions and prompts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import asdict, dataclass
 
@@ -54,6 +55,8 @@ class ReplayRow:
     tau: float
     batch_size_mean: float
     exact: bool  # every replayed session committed exactly the target's output
+    cloud_only_batch_mean: float = 0.0  # the replica's decoding batches (GenerateResponse.batch_size)
+    cloud_only_step_ms: float = 0.0  # their mean step (GenerateResponse.step_ms), per forward
 
     @property
     def gain(self) -> float:
@@ -76,6 +79,25 @@ def make_scripts(client, prompts: list[str], max_new_tokens: int) -> list[Script
         draft.reset(ids)
         scripts.append(Script(ids, output, draft.observe(output, LookupConfig())))
     return scripts
+
+
+def acceptance_by_position(scripts: list[Script], k: int) -> tuple[float, ...]:
+    """P(the draft at position i is accepted | all before it were) over the scripts' rounds at a
+    fixed k: the rounds a greedy device drafting k at a time goes through (the replay's, and the
+    real client's with k fixed), so the simulator can be given the workload's own acceptance."""
+    drafted, accepted = [0] * k, [0] * k
+    for script in scripts:
+        p, budget = 0, len(script.output)
+        while p < budget:
+            size = min(k, budget - p - 1) if budget - p > 1 else 1
+            n = 0
+            while n < size and p + n < len(script.predicted) and script.predicted[p + n] == script.output[p + n]:
+                n += 1
+            for i in range(min(n + 1, size)):  # positions 0..n were drafted given all before passed
+                drafted[i] += 1
+                accepted[i] += i < n
+            p += n + 1
+    return tuple(a / d if d else 0.0 for a, d in zip(accepted, drafted))
 
 
 async def _speculative(stub, fingerprint: str, script: Script, k: int, metadata) -> tuple[int, int, float, list[int], bool]:
@@ -113,13 +135,47 @@ async def _speculative(stub, fingerprint: str, script: Script, k: int, metadata)
     return len(committed), rounds, elapsed, batches, committed == script.output[: len(committed)]
 
 
-async def _cloud_only(stub, fingerprint: str, script: Script, metadata) -> tuple[int, float]:
+async def _cloud_only(stub, fingerprint: str, script: Script, metadata,
+                      steps: list[tuple[int, float]] | None = None) -> tuple[int, float, float]:
+    """One raw Generate stream: (tokens, seconds to the last, seconds to the first). ``steps``,
+    if given, gets each reply's (batch_size, step_ms): the replica's decoding forward behind it."""
     request = generate_request(script.prompt_ids, GREEDY, fingerprint, max_new_tokens=len(script.output), stop_token_ids=())
     started = time.perf_counter()
-    count = 0
+    count, first = 0, 0.0
     async for reply in stub.Generate(request, metadata=metadata):
         count += len(reply.token_ids)
-    return count, time.perf_counter() - started
+        first = first or time.perf_counter() - started
+        if steps is not None:
+            steps.append((reply.batch_size, reply.step_ms))
+    return count, time.perf_counter() - started, first
+
+
+def raw_streams(address: str, fingerprint: str, scripts: list[Script], *, at_once: bool = False,
+                steps: list[tuple[int, float]] | None = None) -> list[tuple[int, float, float]]:
+    """The scripts' prompts as raw Generate streams (``_cloud_only`` each): one after another,
+    or all at once, one connection each. ``steps`` collects every reply's (batch_size, step_ms)."""
+    if at_once:
+        return asyncio.run(_at_once(address, scripts, lambda stub, script: _cloud_only(stub, fingerprint, script, None, steps)))[0]
+
+    async def run():
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = pb_grpc.SpeculativeStub(channel)
+            return [await _cloud_only(stub, fingerprint, script, None, steps) for script in scripts]
+
+    return asyncio.run(run())
+
+
+async def _at_once(address: str, scripts: list[Script], call) -> tuple[list, float]:
+    """``call(stub, script)`` for every script at once, one connection per device, as real
+    devices have: through the link emulator each then gets its own emulated link (one shared
+    connection would put all of them on one link, in order, sharing its jitter and its
+    head-of-line delays). Returns the results and the wall time."""
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [await stack.enter_async_context(grpc.aio.insecure_channel(address)) for _ in scripts]
+        await asyncio.gather(*(channel.channel_ready() for channel in channels))  # connected before the clock starts
+        started = time.perf_counter()
+        results = await asyncio.gather(*(call(pb_grpc.SpeculativeStub(c), s) for c, s in zip(channels, scripts)))
+        return results, time.perf_counter() - started
 
 
 def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessions: int, k: int, *,
@@ -127,16 +183,12 @@ def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessio
     """``sessions`` replayed devices at once, then (or first) as many cloud-only streams."""
     metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
     chosen = [scripts[i % len(scripts)] for i in range(sessions)]
+    steps: list[tuple[int, float]] = []
 
     async def arm(speculative: bool):
-        async with grpc.aio.insecure_channel(address) as channel:
-            stub = pb_grpc.SpeculativeStub(channel)
-            started = time.perf_counter()
-            if speculative:
-                results = await asyncio.gather(*(_speculative(stub, fingerprint, s, k, metadata) for s in chosen))
-            else:
-                results = await asyncio.gather(*(_cloud_only(stub, fingerprint, s, metadata) for s in chosen))
-            return results, time.perf_counter() - started
+        if speculative:
+            return await _at_once(address, chosen, lambda stub, script: _speculative(stub, fingerprint, script, k, metadata))
+        return await _at_once(address, chosen, lambda stub, script: _cloud_only(stub, fingerprint, script, metadata, steps))
 
     async def both():
         order = (False, True) if cloud_first else (True, False)
@@ -156,4 +208,14 @@ def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessio
         tau=spec_tokens / rounds if rounds else 0.0,
         batch_size_mean=sum(batches) / len(batches),
         exact=all(r[4] for r in spec),
+        **_forward_means(steps),
     )
+
+
+def _forward_means(steps: list[tuple[int, float]]) -> dict[str, float]:
+    """Mean batch and step over the forwards behind replies (a forward of b rows is in b replies)."""
+    forwards = sum(1.0 / b for b, _ in steps if b > 0)
+    if not forwards:
+        return {}
+    return {"cloud_only_batch_mean": sum(1.0 for b, _ in steps if b > 0) / forwards,
+            "cloud_only_step_ms": sum(ms / b for b, ms in steps if b > 0) / forwards}

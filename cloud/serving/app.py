@@ -35,11 +35,16 @@ def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
 
     options = options or DeploymentOptions()
     actor_options = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options}
+    autoscaling = options.autoscaling(config)
+    placement = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
     return VerifierDeployment.options(
-        num_replicas=options.num_replicas,
+        **placement,
         max_ongoing_requests=config.max_sessions + options.extra_ongoing_requests,
         # Requests beyond max_ongoing_requests wait, a bounded few; the rest are refused at once.
         max_queued_requests=options.max_queued_requests,
+        # A stopped replica's sessions move at their next round (drain.py); this bounds the wait.
+        graceful_shutdown_timeout_s=options.graceful_shutdown_timeout_s,
+        graceful_shutdown_wait_loop_s=options.graceful_shutdown_wait_loop_s,
         ray_actor_options=actor_options,
     ).bind(config.to_dict())
 
@@ -119,7 +124,7 @@ def serve_verifier(
     http_options = {"host": host, "port": http_port if http_port is not None else 8000}
     serve.start(http_options=http_options, grpc_options=grpc_options(grpc_port))
     app = build_app(config, options)
-    progress(f"deploying {config.model_id} ({options.num_replicas if options else 1} replica(s))")
+    progress(f"deploying {config.model_id} ({options.replicas if options else 1} replica(s))")
     # A route prefix makes the app an endpoint, which the gRPC ingress needs to route to it.
     serve._run(app, name=APP_NAME, route_prefix="/", _blocking=False)
     wait_until_running(APP_NAME, timeout_s=timeout_s, progress=progress)

@@ -138,9 +138,9 @@ class VerifierConfig:
 
 @dataclass(frozen=True)
 class DeploymentOptions:
-    """Ray Serve placement of the verifier deployment."""
+    """Ray Serve placement of the verifier deployment, its autoscaling and its drain."""
 
-    num_replicas: int = 1
+    num_replicas: int | None = None  # a fixed count (1 when neither this nor autoscaling_config is set)
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     # Streams, Generate calls, Info and health checks all count against Serve's
@@ -150,14 +150,62 @@ class DeploymentOptions:
     # (RESOURCE_EXHAUSTED) instead of queueing without bound.
     max_queued_requests: int = 32
     ray_actor_options: dict[str, Any] = field(default_factory=dict)
+    # Serve's own autoscaling_config (min_replicas, max_replicas, upscale_delay_s, ...). One
+    # session stream is one ongoing request; target_ongoing_requests, when not given, comes from
+    # max_sessions and max_batch_size (``autoscaling_config()``).
+    autoscaling_config: dict[str, Any] | None = None
+    # A replica being stopped tells its sessions to move at their next round (drain.py); Serve
+    # waits this long for them before it kills the replica (HAProxy mode: at least 35 s).
+    graceful_shutdown_timeout_s: float = 60.0
+    graceful_shutdown_wait_loop_s: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.num_replicas < 1:
+        if self.num_replicas is not None and self.num_replicas < 1:
             raise ValueError(f"num_replicas must be >= 1, got {self.num_replicas}")
+        if self.num_replicas is not None and self.autoscaling_config:
+            raise ValueError("set num_replicas or autoscaling_config, not both (autoscaling picks the count)")
         if self.max_queued_requests < 1:
             raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
         if self.num_cpus < 0 or self.num_gpus < 0:
             raise ValueError("num_cpus and num_gpus must be >= 0")
+        if self.graceful_shutdown_timeout_s < 0 or self.graceful_shutdown_wait_loop_s <= 0:
+            raise ValueError("graceful_shutdown_timeout_s must be >= 0 and graceful_shutdown_wait_loop_s > 0")
+        if self.autoscaling_config is not None:
+            unknown = set(self.autoscaling_config) - AUTOSCALING_KEYS
+            if unknown:
+                raise ValueError(f"unknown autoscaling_config key(s) {sorted(unknown)}; known: {sorted(AUTOSCALING_KEYS)}")
+
+    def autoscaling(self, config: "VerifierConfig") -> dict[str, Any] | None:
+        """Serve's autoscaling_config, with target_ongoing_requests derived when not given:
+        three quarters of max_sessions (room for sessions that arrive while a new replica
+        starts, which takes tens of seconds with a large model), and at most max_batch_size
+        (past it one forward no longer verifies every session, and per-session ms/token steps up)."""
+        if not self.autoscaling_config:
+            return None
+        policy = {"min_replicas": 1, "upscale_delay_s": 30.0, "downscale_delay_s": 300.0, **self.autoscaling_config}
+        policy.setdefault("target_ongoing_requests", target_ongoing_requests(config.max_sessions, config.max_batch_size))
+        return policy
+
+    @property
+    def replicas(self) -> str:
+        """For messages: the fixed count, or the autoscaling range."""
+        if self.autoscaling_config:
+            low, high = self.autoscaling_config.get("min_replicas", 1), self.autoscaling_config.get("max_replicas", "?")
+            return f"{low}-{high} (autoscaling)"
+        return str(self.num_replicas or 1)
+
+
+# Serve's AutoscalingConfig fields that a deployment may set (ray 2.60).
+AUTOSCALING_KEYS = frozenset({
+    "min_replicas", "initial_replicas", "max_replicas", "target_ongoing_requests", "look_back_period_s",
+    "upscale_delay_s", "downscale_delay_s", "downscale_to_zero_delay_s", "upscaling_factor", "downscaling_factor",
+    "aggregation_function", "metrics_interval_s",
+})
+
+
+def target_ongoing_requests(max_sessions: int, max_batch_size: int) -> float:
+    """Sessions per replica the autoscaler aims for (see ``DeploymentOptions.autoscaling``)."""
+    return float(max(1, min(round(0.75 * max_sessions), max_batch_size)))
 
 
 # The context assumed for a model whose config names none (ALiBi models such as BLOOM).

@@ -8,6 +8,10 @@ verdict are verified together in ONE target forward. The model runs on one model
 receiving messages (and filling the next batch) while it computes; a prompt is prefilled in
 chunks of one forward each, between which other sessions' batches run.
 
+A replica that Serve stops (scale-down, redeploy) drains without losing a token
+(``drain.py``): each session's next verdict says ``draining`` and the stream then ends with
+UNAVAILABLE, new sessions are refused with UNAVAILABLE, and devices reopen elsewhere at once.
+
 No client can wedge the replica: a stream must send its Open within
 ``first_message_timeout_s`` and then a message every ``session_idle_timeout_s``; admission
 (``admission.py``) bounds sessions, KV bytes and each key's share; messages over the cap or
@@ -35,6 +39,7 @@ from ray import serve
 from edgespec.cloud.serving import codec
 from edgespec.cloud.serving.admission import Admission
 from edgespec.cloud.serving.auth import ApiKey, KeyRing, is_loopback_peer
+from edgespec.cloud.serving.drain import DrainWatch, draining_error, is_draining_error
 from edgespec.cloud.serving.steptime import StepTime
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.metrics import VerifierMetrics
@@ -78,6 +83,14 @@ def _client_gone(exc: BaseException) -> bool:
     return type(exc).__name__ in ("TaskCancelledError", "RequestCancelledError")
 
 
+def _replica_id() -> str:
+    """Serve's id of this replica ("" outside Serve)."""
+    try:
+        return serve.get_replica_context().replica_tag
+    except Exception:
+        return ""
+
+
 def _checked(message, what: str):
     """The message, or the status for a request that was not one (see servicers.py)."""
     if isinstance(message, Malformed):
@@ -107,6 +120,8 @@ class VerifierDeployment:
             expected=lambda: self.admission.active,
             on_batch=self._on_batch,
         )
+        self.drain = DrainWatch()
+        self.replica_id = _replica_id()
         self._reflection = ReflectionServicer([SPECULATIVE_SERVICE, HEALTH_SERVICE, *REFLECTION_SERVICES])
         auth = f"{self.keys.count} API key(s)" if self.keys.enabled else "NO API keys (loopback only)"
         log.info("edgespec verifier ready (%s): %s", auth, self.verifier.backend.info.description)
@@ -136,12 +151,18 @@ class VerifierDeployment:
                             max_context=self.verifier.limits.max_context,
                             max_new_tokens=session.max_new_tokens,
                             model_id=self.config.model_id,
+                            replica_id=self.replica_id,
                         )
                     )
                 elif kind == "draft":
                     if session is None:
                         raise precondition("Draft before Open: the first message of a session must be Open")
-                    yield codec.verdict_to_proto(await self._round(session, request.draft))
+                    response = codec.verdict_to_proto(await self._round(session, request.draft))
+                    moving = self._moving(response.verdict.finished or response.verdict.discarded, generate=False)
+                    response.verdict.draining = moving
+                    yield response
+                    if moving:
+                        raise draining_error()
                 elif kind == "close":
                     if session is not None:
                         yield pb.SessionResponse(
@@ -184,8 +205,18 @@ class VerifierDeployment:
             what = "no Open within" if first else "session idle for more than"
             raise status_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{what} {timeout:g}s: closed; {RECONNECT}") from None
 
+    def _moving(self, finished: bool, *, generate: bool) -> bool:
+        """Whether this answer tells its session to move: the replica drains and the session
+        would go on (a finished one just ends)."""
+        if finished or not self.drain.draining:
+            return False
+        self.metrics.session_moved(generate)
+        return True
+
     async def _admit(self, request, key: ApiKey | None, *, generate: bool = False) -> SessionState:
         """Validates, takes the session's share of the replica, prefills the prompt chunk by chunk."""
+        if self.drain.draining:  # the ingress is taking this replica out; the device opens again elsewhere
+            raise draining_error()
         state = self.verifier.admit(request, generate=generate)
         self.admission.acquire(state, key)
         try:
@@ -216,11 +247,18 @@ class VerifierDeployment:
                 self.admission.quotas.check_tokens(key)
                 verdict = await self.batches.submit(VerifyItem(session, None))
                 self.admission.quotas.charge(key, verdict.emitted)
+                finished = verdict.finish is not Finish.NONE
+                moving = self._moving(finished, generate=True)
                 yield pb.GenerateResponse(
                     token_ids=[verdict.next_token],
-                    finished=verdict.finish is not Finish.NONE,
+                    finished=finished,
                     finish_reason=FINISH_TO_WIRE[verdict.finish],
+                    draining=moving,
+                    batch_size=verdict.batch_size,
+                    step_ms=verdict.verify_ms,
                 )
+                if moving:
+                    raise draining_error()
         except Exception as exc:
             if _client_gone(exc):
                 raise
@@ -265,6 +303,7 @@ class VerifierDeployment:
             reply.target_params, reply.kv_bytes_per_token = info.params, info.kv_bytes_per_token
             reply.replica_rss_bytes, reply.active_sessions = resident_bytes(), self.admission.active
             reply.free_sessions = self.admission.free_sessions
+            reply.replica_id = self.replica_id
         return reply
 
     async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:
@@ -342,6 +381,8 @@ class VerifierDeployment:
         A ServerError is the client's to fix and keeps its code; anything else is ours
         (INTERNAL, logged with its traceback).
         """
+        if is_draining_error(exc):  # a move, not a failure: no error in the metric
+            return self._fail(grpc_context, exc.code, exc.details)
         if isinstance(exc, ServerError):
             code, message = exc.code, exc.details
         else:

@@ -46,6 +46,7 @@ class VerifierMetrics:
         self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path", "key"))
         self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code", "key"))
         self.discarded = metrics.Counter("edgespec_discarded_blocks_total", "Sent-ahead blocks discarded (assumption failed)")
+        self.moved = metrics.Counter("edgespec_sessions_moved_total", "Sessions told to move while the replica drained", tag_keys=("path",))
 
     def record_batch(self, items: list[VerifyItem], verdicts) -> None:
         """One verification batch: counters summed first, so the cost is per batch, not per token."""
@@ -93,6 +94,9 @@ class VerifierMetrics:
 
     def discarded_block(self) -> None:
         self.discarded.inc()
+
+    def session_moved(self, generate: bool) -> None:
+        self.moved.inc(tags={"path": "cloud_only" if generate else "speculative"})
 
     def error(self, code, key_id: str = "") -> None:
         self.errors.inc(tags={"code": code.name, "key": key_id})

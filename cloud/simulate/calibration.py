@@ -25,6 +25,8 @@ JSON schema (all times in milliseconds, all sizes in bytes; omitted keys take th
       "ingress_ms_per_stream_message": 1.0,   # the same for one Generate message (the
                                         # request, each streamed token)
       "round_overhead_ms": 0.0,         # non-queueing remainder per speculative round
+      "round_overhead_by_link_ms": {"wifi": 2.5},  # added to it on that link profile (see
+                                        # "Per-link fixed cost" below); links not named add 0
       "stream_overhead_ms": 0.0,        # non-queueing remainder per Generate token
       "prefill_ms": 10.0,               # opening a session: prompt prefill, queued on the model
                                         # thread with the forwards, both paths
@@ -48,8 +50,9 @@ processes every session of the replica shares, so with many sessions it queues. 
 one FIFO single server per replica: each message occupies it for its service time, in arrival
 order, whatever session it belongs to. A speculative round is two messages (Draft in, Verdict
 out), a session adds four (Open, Opened, Close, Closed); a Generate call is its request plus
-one message per token, and its next decode step is queued only once the last token's message
-has left (the replica's generator resumes after its yield). So, with service time s:
+one message per token; the streams of a decoding batch resume together once it ends, and each
+queues its next step as its token's message leaves (the generator resumes right after its
+yield). So, with service time s:
 
 - one session, no network: round = draft + s + verify(1, k + 1) + s + ``round_overhead_ms``;
   cloud-only token = verify(1, 1) + s + ``stream_overhead_ms``;
@@ -60,20 +63,36 @@ latency per round / per token); with the ingress given they default to 0. Old fi
 an overhead but no ingress time (written before the ingress existed) load with that kind's
 ingress at 0, so they simulate the fixed latency they were measured as.
 
-**Calibrating from one session only** (``cloud/bench/calibrate.py``; never fit these to the
-multi-session figures, which are what the model must predict):
+**Calibrating** (``cloud/bench/calibrate.py``, run by ``edgespec bench simcheck``; never fit
+these to the multi-session runs of real drafts, which are what the model must predict):
 
-- ``ingress_ms_per_round_message`` = (median round wait - verify(1, k + 1)) / 2: the round's
-  overhead outside the forward split evenly over its two messages;
-- ``ingress_ms_per_stream_message`` = steady cloud-only ms/token (after the first token, which
-  also carries the request and the prefill) - verify(1, 1).
+- the round's overhead outside the forward, from raw single-session rounds (the forward time
+  the replica reports in each verdict taken out), is split into ``ingress_ms_per_round_message``
+  (two messages' service) and ``round_overhead_ms`` (latency) by a loaded replica: N raw
+  sessions of random drafts, and the split under which the simulator gives their round time;
+  the real client's own time per round (its round overhead beyond the raw one) is latency too;
+- ``ingress_ms_per_stream_message`` is taken equal to a round message's (the same interpreter
+  work), ``stream_overhead_ms`` the rest of a raw Generate stream's steady ms/token beyond the
+  replica's decode step (both the stream's own: ``GenerateResponse.step_ms``), a latency paid
+  once per decoding batch; the decode step at each batch size, the 1-token column of
+  ``verify``, from the replies of 1 and N real streams (``GenerateResponse.batch_size``).
 
-Two service times, not one: the two kinds run different code (a bidi stream's request/reply
-pair vs a server-streaming generator's yield), and single-session measurements give each
-directly (4.0 vs 6.0 ms per message on the 2-core rig, ``runs/links-smoke``). One shared value
-would miss one path's single-session figure by construction. A single session cannot tell
-queueing work from pure latency; all of it goes to the queue (remainders 0) because it is CPU
-work: a no-op round through the proxy alone costs 5.8 ms of the 6-9 ms measured.
+Two service times are kept (the two kinds run different code, a bidi stream's request/reply
+pair vs a server-streaming generator's yield), even where one calibration sets them equal.
+A single session cannot tell queueing work from pure latency; a loaded replica can: on the
+2-core rig 35-80% of a raw round's ~3 ms overhead behaves as queueing work (0.59 and 1.19 ms
+per message in two runs), the replica's event loop doing it for every session in turn.
+
+Per-link fixed cost
+-------------------
+
+A link adds more to a round than its modelled delay: the link emulator's own timers, its
+event loop and its CPU on the shared cores (``edgespec link``), a real path's middleboxes.
+``round_overhead_by_link_ms[name]`` is that remainder for the link profile ``name``, one
+measured round each (``cloud/bench/calibrate.py``, ``link_round_overheads``): the median
+overhead of raw single-session rounds through that link, less the same rounds' overhead
+without it, less the median round-trip delay the profile itself models. It is pure latency
+(it does not queue), and 0 for a link that was not measured.
 """
 
 from __future__ import annotations
@@ -180,6 +199,7 @@ class Calibration:
     ingress_ms_per_stream_message: float = 1.0
     round_overhead_ms: float = 0.0
     stream_overhead_ms: float = 0.0
+    round_overhead_by_link_ms: dict[str, float] = field(default_factory=dict)
     prefill_ms: float = 10.0
     up_bytes_base: int = 40
     up_bytes_per_draft: int = 3
@@ -209,6 +229,10 @@ class Calibration:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        object.__setattr__(self, "round_overhead_by_link_ms", {str(k): float(v) for k, v in self.round_overhead_by_link_ms.items()})
+        for link, value in self.round_overhead_by_link_ms.items():
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"round_overhead_by_link_ms[{link!r}] must be a finite number >= 0, got {value}")
         for name in ("up_bytes_base", "up_bytes_per_draft", "down_bytes_per_round", "open_bytes", "down_bytes_per_token"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -229,6 +253,10 @@ class Calibration:
             survive *= self.acceptance_at(i)
             total += survive
         return total
+
+    def round_overhead_for(self, link: str) -> float:
+        """Non-queueing ms of one speculative round on the link profile named ``link``."""
+        return self.round_overhead_ms + self.round_overhead_by_link_ms.get(link, 0.0)
 
     def up_bytes(self, k: int) -> int:
         return self.up_bytes_base + self.up_bytes_per_draft * k

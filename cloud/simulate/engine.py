@@ -12,7 +12,10 @@ Each replica has three shared resources, each a FIFO:
 - the **batch scheduler** (``cloud/serving/scheduler.py``, replicated exactly): a batch is gathered
   only once the model is free: whatever queued during the previous forward plus, for at most
   ``batch_wait_ms``, more of the open sessions; it closes early when every open session is
-  in, and takes at most ``max_batch_size`` rows;
+  in, and takes at most ``max_batch_size`` rows; it shares the replica's event loop with the
+  ingress, so a batch cannot close while the ingress is busy (a gather's timer fires only when
+  the loop is free: rows whose messages are being handled get in, as the replica's batches
+  stay whole where a slower loop would split them);
 - the **model thread**: forwards and prompt prefills, one at a time, in submission order.
 
 A speculative device, one round (k from the policy):
@@ -20,7 +23,8 @@ A speculative device, one round (k from the policy):
 1. draft k tokens: ``k * draft_ms_per_token`` times a lognormal factor (mean 1, cv
    ``draft_cv``), less any drafts made ahead during the previous flight;
 2. the Draft goes up its link (``DirectionSchedule``: base delay, jitter, bytes / bandwidth,
-   loss stalls), through the ingress, plus ``round_overhead_ms``, into the batch queue;
+   loss stalls), through the ingress, plus the round's fixed cost on that link
+   (``Calibration.round_overhead_for``), into the batch queue;
 3. the replica verifies it in the next batch; the forward takes ``verify(batch, longest row)``;
 4. the Verdict goes through the ingress and down the link; accepted n is drawn from the
    per-position acceptance; emitted = n + 1 (capped by the token budget); the next round starts.
@@ -32,10 +36,14 @@ and the replica answers Closed (ingress load only: the device has its tokens).
 
 A cloud-only device sends one Generate request (up, ingress, prefill on the model); the
 replica then decodes one token per forward for it (rows of 1 token, batched with the other
-cloud-only sessions); each token's message goes through the ingress and down the link, and the
-session's next step joins the batch queue ``stream_overhead_ms`` after that message left the
-ingress (the replica's generator resumes after its yield). The network delay is paid once;
-later tokens are pipelined behind it.
+cloud-only sessions). ``stream_overhead_ms`` after a forward (once per batch: the model thread
+hands its result back, the scheduler wakes the batch's streams) each stream's token message
+goes through the ingress, in turn, then down the link; the session's next step joins the batch
+queue as its message leaves the ingress (the replica's generator resumes right after its yield,
+``cloud/serving/deployment.py``: nothing waits for the device). So a batch's streams come back
+together, and the ingress work of the last keeps the next gather open until all are in, as the
+replica's own batches of N streams stay whole (``GenerateResponse.batch_size``). The network
+delay is paid once; later tokens are pipelined behind it.
 
 Randomness: each device owns separate streams (uplink, downlink, acceptance, drafting noise)
 seeded from (seed, device, purpose), so a device's draws do not depend on how events
@@ -211,7 +219,7 @@ class FleetSimulation:
         self._send_up(device, self.cal.up_bytes(device.k), partial(self._after_round_overhead, device))
 
     def _after_round_overhead(self, device: _Device) -> None:
-        self._at(self.now + self.cal.round_overhead_ms, partial(self._enqueue, device))
+        self._at(self.now + self.cal.round_overhead_for(device.link.name), partial(self._enqueue, device))
 
     def _verdict(self, device: _Device) -> None:
         k, n = device.k, device.accepted_now
@@ -254,11 +262,18 @@ class FleetSimulation:
         device.steps_left = self.budget
         self._send_up(device, self.cal.open_bytes, partial(self._admit, device, self._enqueue))
 
+    def _stream_replies(self, rows: list[_Device]) -> None:
+        """A decoding batch's streams resume (``stream_overhead_ms`` after the forward, once
+        for the batch): each hands its token's message to the ingress, in turn."""
+        for device in rows:
+            self._ingress(device, partial(self._token_leaves, device))
+
     def _token_leaves(self, device: _Device) -> None:
-        """A token's message left the ingress: it goes down, and the generator resumes."""
+        """A token's message left the ingress: it goes down, and the generator, resumed right
+        after its yield, queues its next step at once."""
         self._down_link(device, self.cal.down_bytes_per_token, partial(self._token_arrives, device))
         if device.steps_left > 0:
-            self._at(self.now + self.cal.stream_overhead_ms, partial(self._enqueue, device))
+            self._enqueue(device)
         else:
             self._release(device)
 
@@ -314,6 +329,11 @@ class FleetSimulation:
     def _close_batch(self, replica: _Replica, gather_id: int) -> None:
         if not replica.gathering or gather_id != replica.gather_id:
             return  # this batch already closed
+        if replica.ingress_free_ms > self.now:
+            # The scheduler runs on the event loop that does the ingress work: while that loop
+            # handles messages, the gather's timer cannot fire, and the rows they carry get in.
+            self._at(replica.ingress_free_ms, partial(self._close_batch, replica, gather_id), priority=1)
+            return
         replica.gathering = False
         replica.gather_id += 1
         size = min(len(replica.queue), self.config.max_batch_size)
@@ -332,7 +352,8 @@ class FleetSimulation:
                 self._send_down(device, self.cal.down_bytes_per_round, partial(self._verdict, device))
             else:
                 device.steps_left -= 1
-                self._ingress(device, partial(self._token_leaves, device))
+        if self.path != SPECULATIVE:
+            self._at(self.now + self.cal.stream_overhead_ms, partial(self._stream_replies, rows))
         if replica.queue:
             self._begin_gather(replica)
 

@@ -1,6 +1,7 @@
 """Sampling with blocks sent ahead follows the target's distribution: the empirical distribution
 of each of the first generated tokens equals the exact one, enumerated over a 5-token
-vocabulary, through the real Serve path (exact and token-only verification)."""
+vocabulary, through the real Serve path (exact and token-only verification; the draft model's
+own q, context lookup's point-mass and mixed q, lookup with no draft model)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from edgespec.edge.params import SamplingParams
 pytestmark = pytest.mark.slow
 
 PROMPT = [1, 2, 3]
+REPEATING = [1, 2, 3, 1, 2]  # context lookup proposes 3 at once, and keeps copying where the output repeats
 POSITIONS = 5  # the first tokens compared (rounds of 2 drafts: later ones come from blocks sent ahead)
-SAMPLES = 1200
+SAMPLES = 1000
 TEMPERATURE = 1.0
 
 
@@ -48,7 +50,7 @@ def address(vocab_pair):
     stop_server()
 
 
-def exact_marginals(target_dir) -> list[torch.Tensor]:
+def exact_marginals(target_dir, prompt=PROMPT) -> list[torch.Tensor]:
     """P(token at position j), j = 1..POSITIONS, by enumerating every prefix under the target's p."""
     from transformers import AutoModelForCausalLM
 
@@ -59,7 +61,7 @@ def exact_marginals(target_dir) -> list[torch.Tensor]:
     marginals, prefixes, weights = [], [()], torch.ones(1)
     with torch.no_grad():
         for _ in range(POSITIONS):
-            ids = torch.tensor([PROMPT + list(p) for p in prefixes])
+            ids = torch.tensor([prompt + list(p) for p in prefixes])
             p = target_probs(model(input_ids=ids).logits[:, -1], params).double()  # [prefixes, V]
             joint = weights[:, None] * p
             marginals.append(joint.sum(0))
@@ -68,15 +70,15 @@ def exact_marginals(target_dir) -> list[torch.Tensor]:
     return marginals
 
 
-def sample_many(address, draft, mode: str) -> list[list[int]]:
+def sample_many(address, draft, mode: str, prompt=PROMPT, **extra) -> list[list[int]]:
     async def run():
         async with AsyncEdgeClient(address, draft, timeout=60) as client:
             semaphore = asyncio.Semaphore(16)
 
             async def one(seed):
                 async with semaphore:
-                    result = await client.generate(PROMPT, max_new_tokens=POSITIONS + 3, temperature=TEMPERATURE, mode=mode,
-                                                   k=2, send_ahead=3, seed=seed, stop_token_ids=())
+                    result = await client.generate(prompt, max_new_tokens=POSITIONS + 3, temperature=TEMPERATURE, mode=mode,
+                                                   k=2, send_ahead=3, seed=seed, stop_token_ids=(), **extra)
                     return result.token_ids, result.stats.ahead_hits
 
             return await asyncio.gather(*(one(seed) for seed in range(SAMPLES)))
@@ -84,11 +86,25 @@ def sample_many(address, draft, mode: str) -> list[list[int]]:
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("mode, draft", [("exact", "self"), ("exact", "own"), ("token", "own")])
-def test_send_ahead_sampling_follows_the_target_distribution(address, vocab_pair, mode, draft):
+@pytest.mark.parametrize(
+    "mode, draft, prompt, extra",
+    [
+        ("exact", "self", PROMPT, {}),
+        ("exact", "own", PROMPT, {"lookup": False, "draft_temperature": TEMPERATURE}),  # the model's own q
+        ("token", "own", PROMPT, {}),
+        # context lookup in exact mode: a point-mass q; a mixed q at the draft's own temperature;
+        # no draft model at all (point masses only)
+        ("exact", "own", REPEATING, {}),
+        ("exact", "own", REPEATING, {"lookup_weight": 0.5, "draft_temperature": 0.5}),
+        # (token mode with lookup only is the same rule: its drafts are point masses too)
+        ("exact", "own", REPEATING, {"lookup": "only"}),
+    ],
+    ids=["exact-self", "exact-model", "token", "exact-lookup", "exact-lookup-mixed", "exact-lookup-only"],
+)
+def test_send_ahead_sampling_follows_the_target_distribution(address, vocab_pair, mode, draft, prompt, extra):
     target, drafts = vocab_pair
-    marginals = exact_marginals(target)
-    outcomes = sample_many(address, drafts[draft], mode)
+    marginals = exact_marginals(target, prompt)
+    outcomes = sample_many(address, drafts[draft], mode, prompt, **extra)
     assert sum(hits for _, hits in outcomes) > SAMPLES // 20, "blocks sent ahead were rarely verified"
     for position, expected in enumerate(marginals):
         counts = torch.zeros(len(expected))

@@ -161,6 +161,31 @@ def test_greedy_lookup_drafts_the_continuation_of_a_repeated_span(draft_dir):
 
 
 @pytest.mark.slow
+def test_sampling_lookup_drafts_from_a_point_mass_without_running_the_model(draft_dir):
+    context = [5, 6, 7, 8, 9, 5, 6, 7]
+    draft = new_draft(draft_dir, context)
+    looked_up = draft.propose(4, PARAMS, round_rng(1, 1), top_n=4, lookup=LookupConfig(max_n=4, min_n=2))
+    assert looked_up.tokens == [8, 9, 5, 6]  # [5, 6, 7] was followed by 8, and so on around the cycle
+    assert all(q.token_ids.tolist() == [t] and q.probs.tolist() == [1.0] for q, t in zip(looked_up.q, looked_up.tokens))
+    assert draft.stats.forwards == 0  # the lookup decided every position: nothing was fed yet
+    draft.rollback_to(len(context))  # the cache stays consistent: a fresh run agrees
+    assert_same_proposal(draft.propose(3, PARAMS, round_rng(2, 2), top_n=4),
+                         new_draft(draft_dir, context).propose(3, PARAMS, round_rng(2, 2), top_n=4))
+
+
+@pytest.mark.slow
+def test_sampling_lookup_mixes_its_token_into_the_models_q(draft_dir):
+    context = [5, 6, 7, 8, 9, 5, 6, 7]
+    lookup = LookupConfig(max_n=4, min_n=2)
+    a = new_draft(draft_dir, context).propose(1, PARAMS, round_rng(4, 0), top_n=3, lookup=lookup, lookup_weight=0.5)
+    b = new_draft(draft_dir, context).propose(1, PARAMS, round_rng(4, 0), top_n=3, lookup=lookup, lookup_weight=0.5)
+    assert_same_proposal(a, b)
+    q = a.q[0]
+    assert q.token_ids.size <= 3 and q.prob_of(8) >= 0.5 and q.probs.sum() == pytest.approx(1.0)
+    assert q.prob_of(a.tokens[0]) > 0  # drawn from what is sent
+
+
+@pytest.mark.slow
 def test_sampling_is_seeded_and_greedy_ignores_the_rng(draft_dir, prompt):
     a = new_draft(draft_dir, prompt).propose(K, PARAMS, round_rng(5, 2), top_n=4)
     b = new_draft(draft_dir, prompt).propose(K, PARAMS, round_rng(5, 2), top_n=4)

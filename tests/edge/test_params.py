@@ -55,6 +55,11 @@ def test_generation_mode_defaults_follow_temperature():
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"top_n": -1}, "top_n"),
         ({"temperature": 1e-9}, "temperature"),
+        ({"lookup": "sometimes"}, "lookup must be"),
+        ({"lookup": "only", "tree": 2}, "lookup 'only'"),
+        ({"lookup_weight": 1.5}, "lookup_weight"),
+        ({"temperature": 0.8, "draft_temperature": 0}, "draft_temperature"),
+        ({"temperature": 0.8, "draft_temperature": "cold"}, "draft_temperature"),
     ],
 )
 def test_generation_params_refuse_bad_values(kwargs, message):
@@ -75,3 +80,13 @@ def test_sampling_view_keeps_only_what_defines_p():
 
 def test_finish_values_are_the_sdk_names():
     assert [f.value for f in Finish] == ["none", "stop_token", "length", "context"]
+
+
+def test_the_draft_samples_at_its_own_temperature():
+    from edgespec.edge.params import DRAFT_TEMPERATURE_RATIO
+
+    params = GenerationParams(temperature=0.5, top_k=7, top_p=0.9, seed=3)
+    assert params.draft_sampling == SamplingParams(DRAFT_TEMPERATURE_RATIO * 0.5, 7, 0.9, 3)
+    assert GenerationParams(temperature=0.5, draft_temperature=0.2).draft_sampling.temperature == 0.2
+    assert GenerationParams(temperature=0.5, draft_temperature=0.2).sampling.temperature == 0.5  # p is untouched
+    assert GenerationParams().draft_sampling.is_greedy

@@ -125,3 +125,120 @@ def test_backoff_grows_and_is_capped():
     assert all(0.1 <= backoff_s(1) <= 0.2 for _ in range(20))
     assert all(backoff_s(10, cap=5.0) <= 5.0 for _ in range(20))
     assert min(backoff_s(4) for _ in range(50)) > max(backoff_s(1) for _ in range(50))
+
+
+# ---- a replica that drains (scale-down, redeploy) ----------------------------------------------
+
+
+def draining_refusal() -> StreamEnded:
+    from edgespec.edge.errors import DRAINING_MESSAGE
+
+    return StreamEnded(grpc.StatusCode.UNAVAILABLE, DRAINING_MESSAGE)
+
+
+def test_a_moved_session_reopens_at_once_and_counts_a_move_not_a_failure():
+    from edgespec.edge.transport import ReplicaMoved
+
+    stats = RequestStats()
+    retries = Retries(0, 1.0, stats)  # no retries allowed for failures: a move is none
+    asyncio.run(retries.wait(ReplicaMoved()))
+    assert (stats.moves, stats.resumes, retries.failures) == (1, 0, 0)
+    retries.progress()
+    assert len(stats.move_outages_s) == 1 and 0 <= stats.move_outages_s[0] < 1.0
+    retries.progress()  # later progress measures no second outage
+    assert len(stats.move_outages_s) == 1
+
+
+def test_an_open_refused_while_draining_is_retried_soon_without_using_up_retries():
+    from edgespec.edge.errors import DRAINING_RETRY_S
+
+    retries = Retries(1, 1.0)
+    delays = [retries.next_delay(draining_refusal()) for _ in range(20)]
+    assert all(0 < d <= DRAINING_RETRY_S for d in delays)
+    assert retries.failures == 0
+    with pytest.raises(CapacityError):  # other failures still count against max_retries
+        retries.next_delay(StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
+        retries.next_delay(StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
+
+
+def test_draining_refusals_stop_being_retried_after_the_patience(monkeypatch):
+    import edgespec.edge.transport as transport
+
+    retries = Retries(0, 1.0)
+    clock = [100.0]
+    monkeypatch.setattr(transport.time, "monotonic", lambda: clock[0])
+    retries.next_delay(draining_refusal())
+    clock[0] += transport.DRAINING_PATIENCE_S + 1
+    with pytest.raises(Exception, match="shutting down"):
+        retries.next_delay(draining_refusal())
+
+
+def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
+    from edgespec.edge.transport import ReplicaMoved, generate_tokens
+
+    class Call:
+        def __init__(self):
+            self.replies = [pb.GenerateResponse(token_ids=[5]), pb.GenerateResponse(token_ids=[6], draining=True)]
+
+        async def read(self):
+            return self.replies.pop(0) if self.replies else grpc.aio.EOF
+
+        def cancel(self):
+            pass
+
+    class Stub:
+        def Generate(self, request):
+            return Call()
+
+    async def read():
+        got = []
+        with pytest.raises(ReplicaMoved):
+            async for tokens, _ in generate_tokens(Stub(), pb.GenerateRequest(), 1.0, RequestStats()):
+                got.extend(tokens)
+        return got
+
+    assert asyncio.run(read()) == [5, 6]
+
+
+def test_sessions_go_elsewhere_on_a_fresh_connection_after_a_move_a_draining_refusal_or_a_full_replica():
+    from edgespec.edge.transport import ReplicaMoved
+
+    calls = []
+    retries = Retries(5, 1.0, RequestStats(), reroute=lambda: calls.append(1))
+    for error in (ReplicaMoved(), draining_refusal(), StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full")):
+        asyncio.run(retries.wait(error))
+    assert len(calls) == 3
+    asyncio.run(retries.wait(StreamEnded(grpc.StatusCode.UNAVAILABLE, "connection reset")))  # same ingress, retried
+    assert len(calls) == 3
+
+
+def test_reconnect_moves_later_calls_to_a_new_channel_and_retires_the_old_one():
+    from edgespec.edge.aclient import KeyedStub
+
+    class Channel:
+        made = 0
+
+        def __init__(self):
+            Channel.made += 1
+            self.closed = False
+
+        def unary_unary(self, *args, **kwargs):
+            return lambda *a, **k: None
+
+        unary_stream = stream_stream = stream_unary = unary_unary
+
+        async def close(self):
+            self.closed = True
+
+    async def scenario():
+        stub = KeyedStub(Channel, None)
+        first = stub.channel
+        stub.RECONNECT_EVERY_S = 0.0
+        stub.reconnect()
+        assert stub.channel is not first and not first.closed  # streams on it go on
+        stub.reconnect()
+        await stub.close()
+        return first
+
+    first = asyncio.run(scenario())
+    assert first.closed and Channel.made == 3

@@ -100,21 +100,23 @@ class SessionRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., draft: _Optional[_Union[Draft, _Mapping]] = ..., close: _Optional[_Union[Close, _Mapping]] = ...) -> None: ...
 
 class Opened(_message.Message):
-    __slots__ = ("session_id", "max_k", "max_context", "max_new_tokens", "model_id")
+    __slots__ = ("session_id", "max_k", "max_context", "max_new_tokens", "model_id", "replica_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_K_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     max_k: int
     max_context: int
     max_new_tokens: int
     model_id: str
-    def __init__(self, session_id: _Optional[str] = ..., max_k: _Optional[int] = ..., max_context: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., model_id: _Optional[str] = ...) -> None: ...
+    replica_id: str
+    def __init__(self, session_id: _Optional[str] = ..., max_k: _Optional[int] = ..., max_context: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., model_id: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("round", "accepted", "next_token", "finished", "finish_reason", "batch_size", "verify_ms", "discarded", "accepted_path")
+    __slots__ = ("round", "accepted", "next_token", "finished", "finish_reason", "batch_size", "verify_ms", "discarded", "accepted_path", "draining")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +126,7 @@ class Verdict(_message.Message):
     VERIFY_MS_FIELD_NUMBER: _ClassVar[int]
     DISCARDED_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_PATH_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     round: int
     accepted: int
     next_token: int
@@ -133,7 +136,8 @@ class Verdict(_message.Message):
     verify_ms: float
     discarded: bool
     accepted_path: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round: _Optional[int] = ..., accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., batch_size: _Optional[int] = ..., verify_ms: _Optional[float] = ..., discarded: _Optional[bool] = ..., accepted_path: _Optional[_Iterable[int]] = ...) -> None: ...
+    draining: bool
+    def __init__(self, round: _Optional[int] = ..., accepted: _Optional[int] = ..., next_token: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., batch_size: _Optional[int] = ..., verify_ms: _Optional[float] = ..., discarded: _Optional[bool] = ..., accepted_path: _Optional[_Iterable[int]] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class Closed(_message.Message):
     __slots__ = ("rounds", "generated_tokens")
@@ -170,21 +174,27 @@ class GenerateRequest(_message.Message):
     def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokenizer_fingerprint: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., first_round: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("token_ids", "finished", "finish_reason")
+    __slots__ = ("token_ids", "finished", "finish_reason", "draining", "batch_size", "step_ms")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STEP_MS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     finished: bool
     finish_reason: FinishReason
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ...) -> None: ...
+    draining: bool
+    batch_size: int
+    step_ms: float
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draining: _Optional[bool] = ..., batch_size: _Optional[int] = ..., step_ms: _Optional[float] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens", "decode_ms", "max_sessions", "free_sessions", "session_idle_timeout_s", "first_message_timeout_s", "default_max_new_tokens", "max_message_bytes", "max_q_entries", "auth_required")
+    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens", "decode_ms", "max_sessions", "free_sessions", "session_idle_timeout_s", "first_message_timeout_s", "default_max_new_tokens", "max_message_bytes", "max_q_entries", "auth_required", "replica_id")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +219,7 @@ class InfoResponse(_message.Message):
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_Q_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     AUTH_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     tokenizer_fingerprint: str
     vocab_size: int
@@ -233,4 +244,5 @@ class InfoResponse(_message.Message):
     max_message_bytes: int
     max_q_entries: int
     auth_required: bool
-    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ..., decode_ms: _Optional[float] = ..., max_sessions: _Optional[int] = ..., free_sessions: _Optional[int] = ..., session_idle_timeout_s: _Optional[float] = ..., first_message_timeout_s: _Optional[float] = ..., default_max_new_tokens: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_q_entries: _Optional[int] = ..., auth_required: _Optional[bool] = ...) -> None: ...
+    replica_id: str
+    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ..., decode_ms: _Optional[float] = ..., max_sessions: _Optional[int] = ..., free_sessions: _Optional[int] = ..., session_idle_timeout_s: _Optional[float] = ..., first_message_timeout_s: _Optional[float] = ..., default_max_new_tokens: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_q_entries: _Optional[int] = ..., auth_required: _Optional[bool] = ..., replica_id: _Optional[str] = ...) -> None: ...

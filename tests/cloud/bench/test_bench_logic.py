@@ -82,3 +82,47 @@ def test_diagnosis_counts_judged_positions_and_rejections():
     assert kinds == ["identifier", "punctuation", "number", "whitespace", "identifier", "punctuation"]
     assert diagnosis.by_kind()["punctuation"]["acceptance"] == pytest.approx(0.5)
     assert diagnosis.most_rejected(decode)[0] == {"token_id": 2, "text": " =", "rejections": 1, "rejection_rate": 0.5}
+
+
+def test_sampling_bench_runs_every_arm_on_every_prompt_in_rotated_order():
+    from types import SimpleNamespace
+
+    from edgespec.cloud.bench.sampling import measure_arms, summary_lines
+    from edgespec.edge.stats import RequestStats
+
+    calls = []
+
+    def result(ms_per_token):
+        stats = RequestStats()
+        stats.record_round(4, 2, 3, batch_size=1)
+        stats.wall_s = 3 * ms_per_token / 1000
+        return SimpleNamespace(stats=stats)
+
+    def generate(prompt, **params):
+        calls.append((prompt, params["name"], params.get("max_new_tokens")))
+        return result(5.0 if params["name"] == "fast" else 10.0)
+
+    def cloud_only(prompt, params):
+        calls.append((prompt, "cloud-only", None))
+        return result(20.0)
+
+    clients = []
+
+    def new_client():
+        clients.append(SimpleNamespace(generate=generate, close=lambda: clients.remove(client)))
+        client = clients[-1]
+        return client
+
+    harness = SimpleNamespace(new_client=new_client, cloud_only=cloud_only)
+    arms = {"fast": {"name": "fast"}, "slow": {"name": "slow"}}
+    out = measure_arms(harness, ["a", "b", "c"], arms, {}, lambda _: None, "test")
+    assert [name for _, name, _ in calls] == ["fast", "slow",  # each arm's own client warms up
+                                              "fast", "slow", "cloud-only", "slow", "cloud-only", "fast",
+                                              "cloud-only", "fast", "slow"]
+    assert [n for _, _, n in calls[:2]] == [16, 16] and not clients  # short warm-ups; every client closed
+    speedups = {row["label"]: row["speedup"] for row in out["arms"]}
+    assert speedups == pytest.approx({"fast": 4.0, "slow": 2.0})
+    assert out["arms"][0]["speculative"]["tau"] == pytest.approx(3.0)
+    report = {"config": {"drafter_k": 4}, "temperature_sweep": [{"temperature": 0.8} | out], "drafters": [{"temperature": 0.0} | out]}
+    lines = summary_lines(report)
+    assert "fast 4.00x tau 3.00" in lines[1] and "greedy" in lines[-1]

@@ -242,14 +242,31 @@ def test_cloud_only_stream_is_capped_at_one_token_per_service_time():
     one = simulate_path(FleetConfig(devices=1, link_mix=ZERO_LINK, tokens_per_device=400), calibration, CLOUD_ONLY)
     assert one.mean_ms_per_token * 400 == pytest.approx(s + 400 * (0.2 + s), rel=1e-9)  # request, then tokens
     many = simulate_path(FleetConfig(devices=16, link_mix=ZERO_LINK, duration_s=2.0), calibration, CLOUD_ONLY)
-    assert many.capacity_tokens_per_s == pytest.approx(1000 / s, rel=0.01)
-    assert many.mean_ms_per_token == pytest.approx(16 * s, rel=0.02)
+    # The batch cannot close while the ingress handles the other tokens (one event loop), so
+    # the 16 sessions stay in one batch: a step is 16 messages, then one forward.
+    assert many.batch_sizes.keys() == {16}
+    assert many.capacity_tokens_per_s == pytest.approx(1000 * 16 / (16 * s + 0.2), rel=0.01)
+    assert many.mean_ms_per_token == pytest.approx(16 * s + 0.2, rel=0.02)
+
+
+def test_cloud_only_streams_of_a_batch_resume_together_and_stay_whole():
+    # The latency after a decoding forward is paid once per batch, then each stream's message
+    # takes the ingress in turn and its generator queues the next step right away: 16 streams
+    # whose messages outlast the 5 ms gather (16 x 0.6 ms) still come back as one batch, and a
+    # step is forward + latency + 16 messages. (Paid per stream after its message, a latency
+    # this long would split the batches.)
+    s, latency = 0.6, 3.0
+    calibration = free_network(verify=VerifyModel(a_ms=50.0, b_ms=0.0, c_ms=0.0), ingress_ms_per_stream_message=s,
+                               stream_overhead_ms=latency)
+    many = simulate_path(FleetConfig(devices=16, link_mix=ZERO_LINK, duration_s=5.0), calibration, CLOUD_ONLY)
+    assert many.batch_sizes[16] >= many.forwards - 2
+    assert many.mean_ms_per_token == pytest.approx(50.0 + latency + 16 * s, rel=0.02)
 
 
 def test_replicas_have_separate_ingress_queues():
     calibration = free_network(verify=VerifyModel(a_ms=0.1, b_ms=0.0, c_ms=0.0), ingress_ms_per_stream_message=1.0)
     two = simulate_path(FleetConfig(devices=16, replicas=2, link_mix=ZERO_LINK, duration_s=1.0), calibration, CLOUD_ONLY)
-    assert two.capacity_tokens_per_s == pytest.approx(2 * 1000, rel=0.01)
+    assert two.capacity_tokens_per_s == pytest.approx(2 * 1000 * 8 / (8 * 1.0 + 0.1), rel=0.01)  # 8 messages + a forward each
 
 
 # ---- configuration and calibration ---------------------------------------------------------

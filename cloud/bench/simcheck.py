@@ -1,0 +1,303 @@
+"""``edgespec bench simcheck``: the fleet simulator against the link emulator, and nothing else.
+
+The simulator is only worth its plans if it predicts what it can be checked against. This runs
+the calibration and the check of ``edgespec bench links`` without the rest of that report, in a
+few minutes:
+
+1. the replica as it serves, direct (no link), raw sessions of random drafts
+   (``calibrate.py``): its batch curve from the forward times it reports in every verdict, its
+   decode step by batch size from the step times it reports in every reply of real Generate
+   streams (1 stream, then N at once), and the ingress split: service time per round message (the part
+   that queues across sessions) vs pure latency, from one session and from a loaded replica;
+2. the pair on loopback through the emulator, real client (``calibrate.calibrate``):
+   acceptance by position, drafting, message sizes, the stream's per-token cost, prefill;
+3. per link profile: one measured set of raw single-session rounds through the emulator gives
+   that link's fixed cost per round (``Calibration.round_overhead_by_link_ms``); then the four
+   cells (``check_profile``) are measured and predicted.
+
+The four cells of a profile, k = 4, one block in flight (what the simulator models):
+
+- 1 session, speculative and cloud-only: the real client (ONNX draft, planner, streaming);
+- N sessions, speculative: replayed devices (``replay.py``): the drafts a real device would
+  send, computed once, so N devices' drafting does not run on the replica's two cores (a real
+  fleet drafts on its own phones); simulated with drafting that costs nothing, as replayed;
+- N sessions, cloud-only: N raw Generate streams (the replay's cloud arm).
+
+No number of the check is fitted to a cell it predicts: every calibrated figure comes from
+raw rounds and raw streams (random drafts, nothing accepted; direct, or one session through
+the link), single sessions on loopback, or the replica's own step times. The simulator is
+given the workload's acceptance (the per-position acceptance the cells' own drafts meet at k,
+read off the replay scripts), so the cells check the timing model, not the prompts' luck.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from edgespec.cloud.bench.calibrate import (
+    calibrate,
+    link_round_overhead,
+    replica_verify_model,
+    split_round_ingress,
+    stream_latency,
+    decode_steps,
+    stream_prefill,
+    verify_table,
+)
+from edgespec.cloud.bench.harness import Harness, shown
+from edgespec.cloud.bench.ingress import raw_rounds
+from edgespec.cloud.bench.replay import acceptance_by_position, make_scripts, measure_replay, raw_streams
+from edgespec.cloud.link.profiles import LinkProfile, get_profile
+from edgespec.cloud.simulate.calibration import Calibration
+from edgespec.cloud.simulate.config import FleetConfig
+from edgespec.cloud.simulate.engine import simulate
+
+PROFILES = ("loopback", "lan", "wifi", "5g", "4g", "satellite")
+CELLS = ("spec_1", "cloud_1", "spec_n", "cloud_n")
+TOLERANCE = 0.10  # a prediction within 10% of the measurement counts as agreeing
+REPLAYED_DRAFT_MS = 1e-3  # a replayed device's drafts are precomputed: drafting costs ~nothing
+
+
+@dataclass(frozen=True)
+class SimcheckConfig:
+    target: Path
+    draft: Path
+    prompts: list[str]
+    profiles: tuple[str, ...] = PROFILES
+    sessions: int = 16
+    max_new_tokens: int = 128
+    k: int = 4
+    single_prompts: int = 3  # prompts of each 1-session cell (arms alternating)
+    link_rounds: int = 15  # raw rounds per link for its fixed cost
+    batch_wait_ms: float = 5.0  # the server's batch_wait_timeout_s (Harness: VerifierConfig's default)
+    server: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in self.profiles:
+            get_profile(name)
+        if not self.prompts:
+            raise ValueError("prompts: at least one prompt is needed")
+        for name in ("sessions", "max_new_tokens", "k", "single_prompts", "link_rounds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def calibrate_replica(harness: Harness, prompts: list[str], *, sessions: int, k: int, max_new_tokens: int,
+                      batch_wait_ms: float = 5.0, progress: Callable[[str], None] = print):
+    """Steps 1 and 2 of the module docstring. Returns the calibration of a real client's
+    sessions, the same for replayed devices (no drafting, no client cost per round), the
+    replay scripts and the raw figures behind them."""
+    info = harness.info
+    fingerprint, vocab = info.tokenizer_fingerprint, info.vocab_size
+    harness.cloud_only(prompts[0], dict(max_new_tokens=32, stop_token_ids=()))  # warms Generate up
+    scripts = make_scripts(harness.client, prompts, max_new_tokens)  # the replayed devices' drafts
+    context = round(statistics.fmean(len(s.prompt_ids) for s in scripts)) + max_new_tokens // 2
+    # A Generate decode step is no short verification, and a raw round cannot carry a one-token
+    # row: the step by batch size is read off real streams' replies (GenerateResponse.batch_size,
+    # step_ms), 3 streams one after another (batch 1), then N at once (the batches they form).
+    lone_steps, burst_steps = [], []
+    alone = raw_streams(harness.server, fingerprint, scripts[:3], steps=lone_steps)
+    burst = [scripts[i % len(scripts)] for i in range(sessions)]
+    # NOTE: the replica's first batches of N one-token rows ran twice as slow on the demo pair
+    # (241 ms against 118 at 16): a first burst warms them up and is not counted.
+    raw_streams(harness.server, fingerprint, burst, at_once=True)
+    raw_streams(harness.server, fingerprint, burst, at_once=True, steps=burst_steps)
+    decode = decode_steps(lone_steps + burst_steps)
+    if 1 not in decode:
+        raise RuntimeError("the replica reported no lone decode step (GenerateResponse.step_ms): is it older than this bench?")
+    decode_ms = decode[1]
+    burst_batches = Counter(b for b, _ in burst_steps)
+    burst_batch_mean = sum(burst_batches.values()) / sum(n / b for b, n in burst_batches.items() if b > 0)
+    progress(f"  the replica's batch curve (raw rounds, direct, context {context}); lone decode step {decode_ms:.2f} ms")
+    verify, runs = replica_verify_model(harness.server, fingerprint, vocab, ks=tuple(sorted({1, k, 8})), context=context,
+                                        session_counts=tuple(sorted({n for n in (1, 2, 4, 8) if n < sessions} | {sessions})),
+                                        decode_ms=decode_ms, rounds=24)
+    cells = {(b, t): v for b, row in zip(verify.batch, verify.ms) for t, v in zip(verify.tokens_per_row, row) if t > 1}
+    verify = verify_table(cells, decode)
+    progress(f"  decode step by batch (real streams) {({b: round(v, 1) for b, v in decode.items()})} ms; "
+             f"{sessions} streams at once formed batches of {burst_batch_mean:.1f} on average")
+    single = raw_rounds(harness.server, fingerprint, vocab, k, 40, 1, prompt_len=context - 20)
+    loaded = next(r for r in runs if r["k"] == k and r["sessions"] == sessions)
+    message_ms = split_round_ingress(verify, single["overhead_ms_median"], loaded, batch_wait_ms)
+    streamed, prefill_ms = stream_latency(alone, decode_ms, message_ms), stream_prefill(alone, message_ms)
+    progress(f"  verify at batch {list(verify.batch)} (tokens {list(verify.tokens_per_row)}): "
+             f"{[[round(v, 1) for v in row] for row in verify.ms]} ms; round overhead {single['overhead_ms_median']:.2f} ms "
+             f"direct, {message_ms:.2f} ms of it per message queues; a streamed token's latency beyond it {streamed:.2f} ms; "
+             f"prefill {prefill_ms:.1f} ms")
+    harness.use_link(get_profile("loopback"))
+    # Acceptance on every prompt of the workload (the replayed devices cycle through all of them).
+    calibration = calibrate(harness, prompts, verify, prefill_ms, k=8, max_new_tokens=max_new_tokens,
+                            round_message_ms=message_ms, progress=progress)
+    # A stream's next step waits for the replica alone: the client's own per-token work does
+    # not hold it back, so both device kinds get the raw stream's figures.
+    calibration = replace(calibration, ingress_ms_per_stream_message=message_ms, stream_overhead_ms=streamed)
+    replayed = replace(calibration, draft_ms_per_token=REPLAYED_DRAFT_MS, draft_cv=0.0,
+                       round_overhead_ms=max(single["overhead_ms_median"] - 2 * message_ms, 0.0))
+    details = {
+        "decode_ms": decode_ms,
+        "decode_ms_by_batch": decode,
+        "burst_batch_mean": burst_batch_mean,
+        "prefill_ms": prefill_ms,
+        "context": context,
+        "verify": verify.to_dict(),
+        "verify_points": [{"sessions": r["sessions"], "k": r["k"], "verify_ms_by_batch": r["verify_ms_by_batch"],
+                           "round_ms_mean": r["round_ms_mean"], "overhead_ms_median": r["overhead_ms_median"]} for r in runs],
+        "direct_round": single,
+        "round_message_ms": message_ms,
+        "stream_latency_ms": streamed,
+        "client_round_ms": calibration.round_overhead_ms,
+    }
+    return calibration, replayed, scripts, details
+
+
+def calibrate_link(harness: Harness, profile: LinkProfile, calibrations: tuple[Calibration, Calibration], details: dict,
+                   *, k: int, rounds: int) -> tuple[Calibration, Calibration, float]:
+    """Step 3's calibration: the link's fixed cost per round from raw single-session rounds
+    through it (``harness`` must be using ``profile``), added to both calibrations."""
+    info = harness.info
+    raw = raw_rounds(harness.address, info.tokenizer_fingerprint, info.vocab_size, k, rounds, 1,
+                     prompt_len=details["context"] - 20)
+    calibration, replayed = calibrations
+    fixed = link_round_overhead(raw["overhead_ms_median"], details["direct_round"]["overhead_ms_median"], profile,
+                                calibration.up_bytes(k), calibration.down_bytes_per_round)
+    costs = calibration.round_overhead_by_link_ms | {profile.name: fixed}
+    return (replace(calibration, round_overhead_by_link_ms=costs), replace(replayed, round_overhead_by_link_ms=costs), fixed)
+
+
+def check_profile(harness: Harness, profile: LinkProfile, calibration: Calibration, replayed: Calibration, scripts, *,
+                  sessions: int, k: int, max_new_tokens: int, prompts: list[str], seed: int = 0) -> dict:
+    """The four cells of one link: measured (1 session: the real client; N: replayed devices and
+    raw Generate streams) and simulated (``calibration`` for the real client, ``replayed`` for
+    the replayed devices)."""
+    params = dict(max_new_tokens=max_new_tokens, k=k, send_ahead=1, stop_token_ids=(), seed=seed)
+    spec, cloud = harness.compare(prompts, params, f"{profile.name} 1 session")
+    many = measure_replay(harness.address, harness.info.tokenizer_fingerprint, scripts, sessions, k, cloud_first=True)
+    measured = {
+        "spec_1": statistics.fmean(r.stats.ms_per_token for r in spec),
+        "cloud_1": statistics.fmean(r.stats.ms_per_token for r in cloud),
+        "spec_n": many.speculative_ms_per_token,
+        "cloud_n": many.cloud_only_ms_per_token,
+    }
+    # The simulator is given the workload's acceptance (what the cells' own drafts meet at this
+    # k: the first prompts for 1 session, the replay's cycle for N), so the cells check timing.
+    by_prompt = {tuple(script.prompt_ids): script for script in scripts}
+    singles = [by_prompt[tuple(harness.client.encode(prompt))] for prompt in prompts]
+    calibration = replace(calibration, acceptance=acceptance_by_position(singles, k))
+    replayed = replace(replayed, acceptance=acceptance_by_position([scripts[i % len(scripts)] for i in range(sessions)], k))
+    predicted, simulated = {}, {}
+    for label, devices, cal in (("1", 1, calibration), ("n", sessions, replayed)):
+        result = simulate(FleetConfig(devices=devices, link_mix=profile, k=k, tokens_per_device=max_new_tokens, seed=seed), cal)
+        predicted[f"spec_{label}"] = result.speculative.mean_ms_per_token
+        predicted[f"cloud_{label}"] = result.cloud_only.mean_ms_per_token
+        simulated[label] = {"speculative_batch_mean": result.speculative.mean_batch_size,
+                            "cloud_only_batch_mean": result.cloud_only.mean_batch_size,
+                            "acceptance_length": result.speculative.acceptance_length}
+    errors = {key: predicted[key] / measured[key] - 1.0 for key in CELLS}
+    return {
+        "predicted": predicted, "measured": measured, "errors": errors, "simulated": simulated,
+        "replay": many.to_dict(),
+        "tau_1": (sum(r.stats.accepted for r in spec) + sum(r.stats.rounds for r in spec)) / max(sum(r.stats.rounds for r in spec), 1),
+    }
+
+
+def run_simcheck(config: SimcheckConfig, out: Path, progress: Callable[[str], None] = print) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    shown_progress = progress
+    progress = lambda line: shown_progress(f"[{time.perf_counter() - started:5.0f} s] {line}")  # noqa: E731
+    with Harness(config.target, config.draft, server=config.server, progress=progress, max_sessions=config.sessions + 8) as harness:
+        harness.warm_up(config.prompts[0])
+        progress("[1/2] calibrating the replica (direct) and the pair (loopback)")
+        calibration, replayed, scripts, details = calibrate_replica(
+            harness, config.prompts, sessions=config.sessions, k=config.k, max_new_tokens=config.max_new_tokens,
+            batch_wait_ms=config.batch_wait_ms, progress=progress)
+        rows = []
+        for index, name in enumerate(config.profiles):
+            profile = get_profile(name)
+            progress(f"[2/2] link {name} ({index + 1}/{len(config.profiles)}): its fixed cost, then the four cells")
+            harness.use_link(profile)
+            calibration, replayed, fixed = calibrate_link(harness, profile, (calibration, replayed), details, k=config.k,
+                                                          rounds=config.link_rounds)
+            row = check_profile(harness, profile, calibration, replayed, scripts, sessions=config.sessions, k=config.k,
+                                max_new_tokens=config.max_new_tokens, prompts=config.prompts[: config.single_prompts],
+                                seed=config.seed)
+            row |= {"profile": name, "link_fixed_ms": fixed}
+            rows.append(row)
+            progress("  " + ", ".join(f"{key} {row['measured'][key]:.1f} vs {row['predicted'][key]:.1f} ({row['errors'][key]:+.0%})"
+                                      for key in CELLS))
+        harness.use_link(None)
+    calibration.save(out / "calibration.json")
+    replayed.save(out / "calibration-replayed.json")
+    report = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items() if k != "prompts"}
+        | {"prompts": len(config.prompts)},
+        "replica": details,
+        "calibration_source": calibration.source,
+        "profiles": rows,
+        "within": agreeing(rows),
+        "cells": len(rows) * len(CELLS),
+        "wall_s": time.perf_counter() - started,
+    }
+    (out / "simcheck.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "simcheck.md").write_text(markdown(report, config))
+    return report
+
+
+def agreeing(rows: list[dict], tolerance: float = TOLERANCE) -> int:
+    return sum(abs(e) <= tolerance for row in rows for e in row["errors"].values())
+
+
+def markdown(report: dict, config: SimcheckConfig) -> str:
+    replica = report["replica"]
+    verify = replica["verify"]
+    n = config.sessions
+    lines = [
+        f"# Simulator vs emulator: k={config.k}, one block in flight, 1 and {n} sessions",
+        "",
+        f"Target `{shown(config.target)}`, draft `{shown(config.draft)}`, {config.max_new_tokens} new tokens, greedy; "
+        f"{report['wall_s']:.0f} s for the whole check (`edgespec bench simcheck`).",
+        "",
+        "Calibrated, nothing fitted to a cell below: the replica's batch curve (its own verdict times, raw rounds at "
+        f"the workload's mean context of {replica['context']} tokens; table below); the decode step (1-token column) by "
+        "batch from real Generate streams' replies (`GenerateResponse.batch_size`/`step_ms`): "
+        + ", ".join(f"{v:.1f} ms at {b}" for b, v in replica["decode_ms_by_batch"].items())
+        + f" ({n} streams at once formed batches of {replica['burst_batch_mean']:.1f}); a direct round's overhead "
+        f"{replica['direct_round']['overhead_ms_median']:.2f} ms, of it {replica['round_message_ms']:.2f} ms per message "
+        "queueing at the ingress (the split that reproduces a loaded replica's raw rounds); a streamed token's latency "
+        f"beyond its step and message {replica['stream_latency_ms']:.2f} ms (raw Generate streams); acceptance, drafting "
+        f"and the real client's own {replica['client_round_ms']:.2f} ms per round from the real client on loopback; each "
+        "link's fixed cost from raw rounds through it.",
+        "",
+        "| rows \\ tokens per row | " + " | ".join(str(t) for t in verify["tokens_per_row"]) + " |",
+        "|---|" + "---|" * len(verify["tokens_per_row"]),
+    ]
+    lines += [f"| {b} | " + " | ".join(f"{v:.1f}" for v in row) + " |" for b, row in zip(verify["batch"], verify["ms"])]
+    lines += [
+        "",
+        f"1 session: the real client. {n} sessions: replayed devices (precomputed drafts, so {n} devices' drafting "
+        "does not run on the replica's cores) and raw Generate streams.",
+        "",
+        "| link | fixed ms/round | path | sessions | emulated ms/token | simulated | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["profiles"]:
+        for key, path, count in (("spec_1", "speculative", 1), ("spec_n", "speculative", n),
+                                 ("cloud_1", "cloud-only", 1), ("cloud_n", "cloud-only", n)):
+            error = row["errors"][key]
+            mark = "" if abs(error) <= TOLERANCE else " **miss**"
+            lines.append(f"| {row['profile']} | {row['link_fixed_ms']:.1f} | {path} | {count} | {row['measured'][key]:.1f} | "
+                         f"{row['predicted'][key]:.1f} | {error:+.1%}{mark} |")
+    lines += ["", f"{report['within']}/{report['cells']} predictions within {TOLERANCE:.0%} of the emulated measurement.", "",
+              f"Cloud-only, {n} sessions: the replica's decoding batches (mean rows, mean step) measured vs simulated:", ""]
+    lines += [f"- {row['profile']}: {row['replay'].get('cloud_only_batch_mean', 0):.1f} rows, "
+              f"{row['replay'].get('cloud_only_step_ms', 0):.1f} ms measured; "
+              f"{row['simulated']['n']['cloud_only_batch_mean']:.1f} rows simulated" for row in report["profiles"]]
+    lines.append("")
+    return "\n".join(lines)
