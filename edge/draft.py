@@ -86,6 +86,18 @@ def _runner_up(logits: np.ndarray, chosen: int, model_token: int) -> tuple[int, 
     return other, float(probs[chosen])
 
 
+def checked_token_ids(ids: Sequence[int], vocab_size: int, what: str) -> list[int]:
+    """``ids`` as ints, or ValueError naming ``what`` for a non-integer or out-of-vocabulary id."""
+    out = []
+    for token in ids:
+        if not isinstance(token, (int, np.integer)) or isinstance(token, bool):
+            raise ValueError(f"{what} must hold integer token ids, got {token!r}")
+        if not 0 <= token < vocab_size:
+            raise ValueError(f"{what} holds token id {token}, outside this draft's vocabulary [0, {vocab_size})")
+        out.append(int(token))
+    return out
+
+
 class DraftModel:
     """An ONNX draft (a directory from ``edgespec export-draft``) that proposes tokens."""
 
@@ -291,14 +303,7 @@ class DraftModel:
     # -- validation -----------------------------------------------------------------------
 
     def _checked_ids(self, ids: Sequence[int], what: str) -> list[int]:
-        out = []
-        for token in ids:
-            if not isinstance(token, (int, np.integer)) or isinstance(token, bool):
-                raise ValueError(f"{what} must hold integer token ids, got {token!r}")
-            if not 0 <= token < self.vocab_size:
-                raise ValueError(f"{what} holds token id {token}, outside this draft's vocabulary [0, {self.vocab_size})")
-            out.append(int(token))
-        return out
+        return checked_token_ids(ids, self.vocab_size, what)
 
     def _check_length(self, length: int, what: str) -> None:
         if length > self.manifest.max_positions:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec.edge.draft import DraftModel, Proposal
+from edgespec.edge.draft import DraftModel, Proposal, checked_token_ids
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import point_mass, sample
@@ -41,10 +41,10 @@ class LookupDraft:
         return LookupDraft(self.model, self.config)
 
     def reset(self, context_ids: Sequence[int]) -> None:
-        self.tokens = self._checked(context_ids)
+        self.tokens = checked_token_ids(context_ids, self.vocab_size, "context_ids")
 
     def append(self, token_ids: Sequence[int]) -> None:
-        self.tokens.extend(self._checked(token_ids))
+        self.tokens.extend(checked_token_ids(token_ids, self.vocab_size, "token_ids"))
 
     def rollback_to(self, n: int) -> None:
         if not 0 <= n <= len(self.tokens):
@@ -93,14 +93,7 @@ class LookupDraft:
     def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]:
         """Appends streamed tokens; returns what would have been drafted at each."""
         predicted = []
-        for token in self._checked(token_ids):
+        for token in checked_token_ids(token_ids, self.vocab_size, "token_ids"):
             predicted.append(self.guess(lookup))
             self.tokens.append(token)
         return predicted
-
-    def _checked(self, ids: Sequence[int]) -> list[int]:
-        out = [int(t) for t in ids]
-        bad = [t for t in out if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
-        return out

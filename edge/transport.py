@@ -87,13 +87,15 @@ class Retries:
     async def wait(self, error: BaseException) -> None:
         """Counts the break and waits before the next attempt (raises the typed error when giving up)."""
         delay = self.next_delay(error)
-        if self.reroute is not None and (isinstance(error, ReplicaMoved) or is_draining_refusal(error) or _code(error) == grpc.StatusCode.RESOURCE_EXHAUSTED):
+        moved, draining = isinstance(error, ReplicaMoved), is_draining_refusal(error)
+        full = isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        if self.reroute is not None and (moved or draining or full):
             self.reroute()
         if self.stats is not None:
-            if isinstance(error, ReplicaMoved):
+            if moved:
                 self.stats.moves += 1
                 self._moved_at = time.perf_counter()
-            elif not is_draining_refusal(error):
+            elif not draining:
                 self.stats.resumes += 1
         await asyncio.sleep(delay)
 
@@ -119,10 +121,6 @@ class ReplicaMoved(StreamEnded):
 
     def __init__(self):
         super().__init__(grpc.StatusCode.UNAVAILABLE, DRAINING_MESSAGE)
-
-
-def _code(error: BaseException) -> grpc.StatusCode | None:
-    return error.code() if isinstance(error, grpc.RpcError) else None
 
 
 def is_draining_refusal(error: BaseException) -> bool:
