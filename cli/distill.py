@@ -10,7 +10,7 @@ from pathlib import Path
 from edgespec.cloud.training.distill import DistillConfig, distill
 from edgespec.edge.settings import build_config, load_settings
 
-_PATH_FIELDS = ("target", "draft", "data", "out", "validation")
+_PATH_FIELDS = ("target", "draft", "data", "out", "validation", "corpus")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, help="training text: .bin ids, .jsonl with 'text', a text file or a directory")
     parser.add_argument("--out", type=Path, help="output directory (checkpoint/, final/, logs)")
     parser.add_argument("--validation", type=Path, help="validation text, same formats (default: last 5%% of --data)")
+    parser.add_argument("--corpus", type=Path,
+                        help="target-generated text made beforehand (edgespec train-demo --stages generate): "
+                             "the --generated-fraction steps read it instead of generating")
     parser.add_argument("--resume", action="store_true", default=None, help="continue the checkpoint in --out")
     helps = {
         "minutes": "wall-clock budget (0: none)",

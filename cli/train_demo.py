@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from edgespec.cloud.demo.models import TARGET_SHAPES
+from edgespec.cloud.demo.models import DRAFT_SHAPES, TARGET_SHAPES
 from edgespec.cloud.demo.train import STAGES, TrainDemoConfig, train_demo
 
 
@@ -23,13 +23,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-minutes", type=float, default=d.target_minutes, help="wall-clock budget (0: none)")
     parser.add_argument("--target-tokens", type=int, default=d.target_tokens, help="token budget (0: none); the first budget reached ends the stage")
     parser.add_argument("--target-lr", type=float, default=d.target_lr)
+    parser.add_argument("--draft-shape", choices=sorted(DRAFT_SHAPES), default=d.draft_shape)
+    parser.add_argument("--draft-init", type=Path, default=None,
+                        help="start the draft from this model directory, grown to --draft-shape (default: random weights)")
     parser.add_argument("--draft-minutes", type=float, default=d.draft_minutes)
     parser.add_argument("--draft-tokens", type=int, default=d.draft_tokens)
     parser.add_argument("--draft-lr", type=float, default=d.draft_lr)
+    parser.add_argument("--generate-minutes", type=float, default=d.generate_minutes, help="wall-clock budget of the generate stage")
+    parser.add_argument("--generate-sequences", type=int, default=d.generate_sequences,
+                        help="sequences of target text to generate (the first budget reached ends the stage)")
     parser.add_argument("--distill-minutes", type=float, default=d.distill_minutes)
     parser.add_argument("--distill-temperature", type=float, default=d.distill_temperature)
     parser.add_argument("--distill-generated-fraction", type=float, default=d.distill_generated_fraction,
                         help="share of distillation batches that are target-generated continuations")
+    parser.add_argument("--distill-ce-weight", type=float, default=d.distill_ce_weight,
+                        help="weight of a cross-entropy term on the next tokens, added to KL (default %(default)s)")
     parser.add_argument("--eval-prompts", type=int, default=d.eval_prompts)
 
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from edgespec.cloud.demo.models import ModelShape, param_count
+from edgespec.cloud.demo.models import ModelShape, grow, param_count
 from edgespec.cloud.training.data import TokenStream
 from edgespec.cloud.training.loop import (
     Budget,
@@ -55,10 +55,15 @@ class PretrainConfig:
     eval_windows: int = 48
     seed: int = 0
     threads: int = 1
+    init: Path | None = None  # start from this model (grown to ``shape``, see models.grow) instead of random weights
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         object.__setattr__(self, "out_dir", Path(self.out_dir))
+        if self.init is not None:
+            object.__setattr__(self, "init", Path(self.init))
+            if not (self.init / "config.json").is_file():
+                raise ValueError(f"init: {self.init} is not a Hugging Face model directory (no config.json)")
         for name in ("seq_len", "batch_size", "eval_windows", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -98,7 +103,12 @@ def _load_or_init(config: PretrainConfig, vocab_size: int, log: RunLog):
         log(f"resumed from {ckpt}: step {state['step']}, {state['tokens']:,} tokens, {state['elapsed_s'] / 60:.1f} min")
         return model, optimizer, state
     torch.manual_seed(config.seed)
-    model = LlamaForCausalLM(config.shape.llama_config(vocab_size))
+    if config.init is not None:
+        start = LlamaForCausalLM.from_pretrained(str(config.init), dtype=torch.float32)
+        model = grow(start, config.shape)
+        log(f"initialised from {config.init} ({start.config.num_hidden_layers} layer(s), grown to {config.shape.layers})")
+    else:
+        model = LlamaForCausalLM(config.shape.llama_config(vocab_size))
     return model, adamw(model, config.schedule.peak, config.weight_decay), {"step": 0, "tokens": 0, "elapsed_s": 0.0, "evals": []}
 
 

@@ -18,6 +18,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -46,6 +47,8 @@ def _copy_model(src: Path, dst: Path, dtype: torch.dtype) -> int:
 def _trainer_summary(model_dir: Path) -> dict:
     state = json.loads((model_dir / STATE_FILE).read_text())
     summary = {"steps": state["step"], "tokens": state["tokens"], "minutes": round(state["elapsed_s"] / 60, 1)}
+    if state.get("history"):  # how a model shipped before this pipeline kept its trainer state was made
+        summary["history"] = state["history"]
     evals = state.get("evals") or []
     if evals:
         summary["val_loss"] = evals[-1]["val_loss"]
@@ -72,17 +75,28 @@ def ship(out: Path, ship_dir: Path) -> dict:
 
     manifest = json.loads((out / "data" / "manifest.json").read_text())
     invocations = out / "train_demo_invocations.jsonl"
+    runs = [json.loads(line) for line in invocations.read_text().splitlines()] if invocations.is_file() else []
     eval_file = out / "eval" / "metrics.json"
+    grown_from = next((r["draft_init"] for r in reversed(runs) if "draft" in r.get("stages", []) and r.get("draft_init")), None)
+    draft_init = None
+    if grown_from:
+        init_dir = Path(grown_from)
+        draft_init = {"source": grown_from, "layers": json.loads((init_dir / "config.json").read_text())["num_hidden_layers"]}
+        if checkpoint_exists(init_dir):
+            draft_init.update(_trainer_summary(init_dir))
+    target_text = out / "target-text" / "meta.json"
     metrics = {
         "tokenizer_fingerprint": fingerprint(load_tokenizer(ship_dir / "target")),
         "corpus": {k: manifest[k] for k in ("python_version", "split_digest", "tokens", "bytes", "fractions")},
         "target": {"params": target_params, "dtype": "float16", "source": str(target_src),
                    "config": json.loads((target_src / "config.json").read_text()), **_trainer_summary(target_src)},
         "draft_pretrained": _trainer_summary(out / "draft" / "final") if checkpoint_exists(out / "draft" / "final") else None,
+        "draft_init": draft_init,
+        "target_text": _target_text_summary(out / "target-text") if target_text.is_file() else None,
         "draft": {"params": draft_params, "dtype": "float32", "source": str(draft_src),
                   "config": json.loads((draft_src / "config.json").read_text()), **_trainer_summary(draft_src)},
         "eval": json.loads(eval_file.read_text()) if eval_file.is_file() else None,
-        "train_demo_invocations": [json.loads(line) for line in invocations.read_text().splitlines()] if invocations.is_file() else [],
+        "train_demo_invocations": runs,
     }
     if fingerprint(load_tokenizer(ship_dir / "draft-hf")) != metrics["tokenizer_fingerprint"]:
         raise RuntimeError("shipped target and draft tokenizers differ; refusing to ship a mismatched pair")
@@ -90,6 +104,15 @@ def ship(out: Path, ship_dir: Path) -> dict:
     (ship_dir / "README.md").write_text(model_card(metrics))
     print(f"ship: {ship_dir}/target ({target_params:,} params, fp16), {ship_dir}/draft-hf ({draft_params:,} params), metrics.json")
     return metrics
+
+
+def _target_text_summary(directory: Path) -> dict:
+    from edgespec.cloud.training.target_text import chunks
+
+    meta = json.loads((directory / "meta.json").read_text())
+    found = chunks(directory)
+    sequences = sum(int(np.load(p, mmap_mode="r").shape[0]) for p in found)
+    return {**meta, "sequences": sequences, "generated_tokens": sequences * int(meta["new_tokens"])}
 
 
 def _fmt(value, spec: str = ".3f") -> str:
@@ -106,18 +129,22 @@ def model_card(metrics: dict) -> str:
     before, after = draft.get("readout_before") or {}, draft.get("readout_after") or {}
     distill_runs = [i for i in metrics.get("train_demo_invocations", []) if "distill" in i.get("stages", [])]
     generated = distill_runs[-1]["distill_generated_fraction"] if distill_runs else None
+    ce_weight = distill_runs[-1].get("distill_ce_weight") if distill_runs else None
+    layers = draft["config"]["num_hidden_layers"]
+    layer_words = {1: "one-layer", 2: "two-layer", 3: "three-layer"}.get(layers, f"{layers}-layer")
+    init, text = metrics.get("draft_init"), metrics.get("target_text")
     lines = [
         "# edgespec demo pair",
         "",
         "A draft/target pair trained on this machine's CPU for the demo and the benchmarks: a deep,",
-        "narrow Llama-architecture **target** served by the verifier, and a one-layer **draft**",
+        f"narrow Llama-architecture **target** served by the verifier, and a {layer_words} **draft**",
         "distilled towards it, run on the device in ONNX Runtime. Both share one byte-level BPE",
         f"tokenizer (fingerprint `{metrics['tokenizer_fingerprint']}`). Trained from scratch; no hub weights.",
         "",
         "| | target (`target/`) | draft (`draft/` ONNX, `draft-hf/` torch) |",
         "|---|---|---|",
         f"| shape | {config['num_hidden_layers']} layers x {config['hidden_size']} hidden, "
-        f"{config['num_attention_heads']} heads | {draft['config']['num_hidden_layers']} layer x "
+        f"{config['num_attention_heads']} heads | {layers} layer{'s' if layers > 1 else ''} x "
         f"{draft['config']['hidden_size']} hidden, {draft['config']['num_attention_heads']} heads |",
         f"| parameters | {target['params']:,} | {draft['params']:,} |",
         f"| weights | {target['dtype']} safetensors | {draft['dtype']} (ONNX and safetensors) |",
@@ -137,12 +164,33 @@ def model_card(metrics: dict) -> str:
         f"from them and `prompts/tuning.jsonl` from validation files. Split digest `{corpus['split_digest'][:16]}...`",
         "(in `prompts/stdlib-split.json` with the file lists).",
         "",
+    ]
+    if init:
+        history = init.get("history") or {}
+        lines += [
+            f"The draft's pretraining started from `{init['source']}`, a {init['layers']}-layer draft"
+            + (f" ({history['summary']})" if history.get("summary") else "")
+            + f", grown to {layers} layers (`edgespec.cloud.demo.models.grow`: the new layers start with zero output "
+            "projections, so the grown model computes what the old one did until training moves them).",
+        ]
+    lines += [
+        "",
         "## Alignment",
         "",
         "The draft is distilled towards the target (`edgespec distill`): KL(p||q) on the target's logits"
+        + (f" plus {ce_weight} x cross-entropy on the next tokens" if ce_weight else "")
         + ("." if generated is None else
            f", {generated:.0%} of the batches on the target's own greedy continuations, the rest on training text."),
         "",
+    ]
+    if text:
+        lines += [
+            f"The continuations were generated once (`--stages generate`): {text['sequences']:,} windows of "
+            f"{text['prompt_len']} training tokens, each continued by {text['new_tokens']} greedy target tokens "
+            f"({text['generated_tokens']:,} target tokens), read at random by the distillation steps.",
+            "",
+        ]
+    lines += [
         "| readout (validation) | before distillation | after |",
         "|---|---|---|",
     ]
@@ -156,9 +204,10 @@ def model_card(metrics: dict) -> str:
             "",
             "## On held-out data (`edgespec train-demo --stages eval`)",
             "",
-            "| | pretrained draft | distilled draft |",
-            "|---|---|---|",
         ]
+        replaced = ((init or {}).get("history") or {}).get("eval") or {}
+        lines += (["| | draft it replaced (grown from) | pretrained draft | distilled draft |", "|---|---|---|---|"] if replaced
+                  else ["| | pretrained draft | distilled draft |", "|---|---|---|"])
         for key, label in (("target_heldout_loss", "target held-out loss"), ("draft_heldout_loss", "draft held-out loss"),
                            ("heldout_kl", "KL(p‖q)"), ("heldout_alpha", "alpha (T=1)"),
                            ("heldout_greedy_agreement", "greedy agreement"),
@@ -168,7 +217,8 @@ def model_card(metrics: dict) -> str:
                            ("acceptance_rate", "acceptance rate"),
                            ("tau_with_lookup", "mean acceptance length with context lookup (as the device drafts)"),
                            ("acceptance_rate_with_lookup", "acceptance rate with context lookup")):
-            lines.append(f"| {label} | {_fmt(pretrained.get(key))} | {_fmt(distilled.get(key))} |")
+            first = f" {_fmt(replaced.get(key))} |" if replaced else ""
+            lines.append(f"| {label} |{first} {_fmt(pretrained.get(key))} | {_fmt(distilled.get(key))} |")
         per_position = " ".join(f"{x:.2f}" for x in distilled.get("per_position_acceptance", []))
         lines += ["", f"Share of rounds whose i-th draft was accepted, i = 1..{distilled.get('k')} (distilled): {per_position}; "
                   f"{distilled.get('rounds')} rounds over {distilled.get('prompts')} held-out prompts, simulated in torch "
@@ -177,7 +227,7 @@ def model_card(metrics: dict) -> str:
         "",
         "Except for the two lookup rows, these figures are the draft model alone. On the device, greedy",
         "drafting also looks the context up (`edgespec.edge.lookup`: where the last tokens occurred",
-        "before, it drafts what followed), which a one-layer model cannot do itself; end-to-end figures through Ray Serve",
+        "before, it drafts what followed); end-to-end figures through Ray Serve",
         "(speedup, ms/token, acceptance with and without lookup, capacity, links) are in",
         "[docs/bench/report.md](../../docs/bench/report.md).",
         "",
@@ -188,7 +238,10 @@ def model_card(metrics: dict) -> str:
         "```",
         "",
         "The invocations that built this copy (stages were run one at a time, some resumed) are in",
-        "`metrics.json` under `train_demo_invocations`. Limits: a small model of Python source, ~512-token",
+        "`metrics.json` under `train_demo_invocations`"
+        + (f"; its draft was grown from `{init['source']}` (`--draft-init`), a from-scratch rebuild "
+           "starts the draft from random weights and needs a longer `--draft-minutes` to match it" if init else "")
+        + ". Limits: a small model of Python source, ~512-token",
         "context; it writes plausible standard-library-style code, not correct programs.",
         "",
     ]

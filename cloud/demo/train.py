@@ -5,13 +5,16 @@ checkpoint and skips stages whose output exists):
 
   data     split the stdlib by file, train the BPE tokenizer, encode, cut prompts
   target   pretrain the deep narrow target (hours of CPU: the one to start early)
-  draft    pretrain the one-layer draft on the same tokens
-  distill  align the draft to the target (KL(p||q), see edgespec.cloud.training.distill)
+  draft    pretrain the two-layer draft on the same tokens (or grow one given with --draft-init)
+  generate the target's greedy continuations of training windows (what greedy verification
+           asks the draft to guess), made once for every epoch of distillation
+  distill  align the draft to the target (KL(p||q), see edgespec.cloud.training.distill),
+           the generated share of the steps on the generate stage's text
   eval     losses, alpha, greedy agreement, simulated acceptance length on held-out data
   export   the shipped draft to ONNX for the device (--ship/draft: model.onnx, tokenizer, manifest)
   ship     copy the small artefacts (fp16 target, draft HF dir, metrics) into --ship
 
-Layout under ``--out``: data/, target/, draft/, distill/, eval/metrics.json. Under ``--ship``:
+Layout under ``--out``: data/, target/, draft/, target-text/, distill/, eval/metrics.json. Under ``--ship``:
 target/ (fp16), draft-hf/, draft/ (ONNX), metrics.json.
 """
 
@@ -22,11 +25,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgespec.cloud.demo.models import DRAFT_SHAPE, TARGET_SHAPES
+from edgespec.cloud.demo.models import DRAFT_SHAPES, TARGET_SHAPES
 from edgespec.cloud.training.loop import Budget, LRSchedule, checkpoint_exists
 
 INVOCATIONS = "train_demo_invocations.jsonl"
-STAGES = ("data", "target", "draft", "distill", "eval", "export", "ship")
+STAGES = ("data", "target", "draft", "generate", "distill", "eval", "export", "ship")
 
 
 @dataclass(frozen=True)
@@ -42,26 +45,36 @@ class TrainDemoConfig:
     target_minutes: float = 210.0
     target_tokens: int = 12_000_000
     target_lr: float = 2e-3
-    draft_minutes: float = 20.0
+    draft_shape: str = "2x128"
+    draft_init: Path | None = None  # start the draft from this model, grown to draft_shape (None: random)
+    draft_minutes: float = 45.0
     draft_tokens: int = 12_000_000
     draft_lr: float = 3e-3
-    distill_minutes: float = 60.0
+    generate_minutes: float = 50.0
+    generate_sequences: int = 8192
+    distill_minutes: float = 42.0
     distill_temperature: float = 1.0
-    distill_generated_fraction: float = 0.5
+    distill_generated_fraction: float = 0.7
+    distill_ce_weight: float = 0.0
     eval_prompts: int = 64
 
     def __post_init__(self) -> None:
         for name in ("out", "ship", "prompts"):
             object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.draft_init is not None:
+            object.__setattr__(self, "draft_init", Path(self.draft_init))
+        if self.draft_shape not in DRAFT_SHAPES:
+            raise ValueError(f"draft_shape must be one of {sorted(DRAFT_SHAPES)}, got {self.draft_shape!r}")
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown or not self.stages:
             raise ValueError(f"stages must be a non-empty subset of {','.join(STAGES)}, got {','.join(self.stages)}")
         if self.target_shape not in TARGET_SHAPES:
             raise ValueError(f"target_shape must be one of {sorted(TARGET_SHAPES)}, got {self.target_shape!r}")
-        for name in ("threads", "eval_prompts"):
+        for name in ("threads", "eval_prompts", "generate_sequences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("target_minutes", "draft_minutes", "distill_minutes", "target_tokens", "draft_tokens"):
+        for name in ("target_minutes", "draft_minutes", "generate_minutes", "distill_minutes", "target_tokens", "draft_tokens",
+                     "distill_ce_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.distill_generated_fraction <= 1:
@@ -92,7 +105,7 @@ def stage_data(config: TrainDemoConfig) -> None:
     print(f"data: prompts and split manifest copied to {config.prompts}/")
 
 
-def _pretrain(config: TrainDemoConfig, name: str, shape, minutes: float, tokens: int, lr: float) -> None:
+def _pretrain(config: TrainDemoConfig, name: str, shape, minutes: float, tokens: int, lr: float, init: Path | None = None) -> None:
     from edgespec.cloud.demo.pretrain import PretrainConfig, pretrain
 
     out = config.out / name
@@ -106,6 +119,7 @@ def _pretrain(config: TrainDemoConfig, name: str, shape, minutes: float, tokens:
             schedule=LRSchedule(peak=lr, warmup_tokens=400_000),
             seed=config.seed,
             threads=config.threads,
+            init=init,
         )
     )
 
@@ -116,7 +130,21 @@ def stage_target(config: TrainDemoConfig) -> None:
 
 
 def stage_draft(config: TrainDemoConfig) -> None:
-    _pretrain(config, "draft", DRAFT_SHAPE, config.draft_minutes, config.draft_tokens, config.draft_lr)
+    _pretrain(config, "draft", DRAFT_SHAPES[config.draft_shape], config.draft_minutes, config.draft_tokens, config.draft_lr,
+              init=config.draft_init)
+
+
+def stage_generate(config: TrainDemoConfig) -> None:
+    from edgespec.cloud.training.target_text import TargetTextConfig, chunks, generate_target_text
+
+    out = config.out / "target-text"
+    if chunks(out) and not config.resume:
+        raise SystemExit(f"{out} already holds generated text: pass --resume to continue it, or choose another --out")
+    done = generate_target_text(TargetTextConfig(
+        target=config.out / "target" / "final", data=config.data_dir / "train.bin", out_dir=out,
+        sequences=config.generate_sequences, minutes=config.generate_minutes, seed=config.seed, threads=config.threads,
+    ))
+    print(f"generate: {done:,} target-generated sequences in {out}")
 
 
 def stage_distill(config: TrainDemoConfig) -> None:
@@ -124,6 +152,11 @@ def stage_distill(config: TrainDemoConfig) -> None:
 
     out = config.out / "distill"
     _guard_fresh(out / "checkpoint", config)
+    from edgespec.cloud.training.target_text import chunks
+
+    corpus = config.out / "target-text"
+    corpus = corpus if chunks(corpus) else None  # without the generate stage, distill generates as it goes
+    print(f"distill: generated steps {'read ' + str(corpus) if corpus else 'generate their text on the fly'}")
     report = distill(
         DistillConfig(
             target=config.out / "target" / "final",
@@ -134,6 +167,8 @@ def stage_distill(config: TrainDemoConfig) -> None:
             minutes=config.distill_minutes,
             temperature=config.distill_temperature,
             generated_fraction=config.distill_generated_fraction,
+            corpus=corpus,
+            ce_weight=config.distill_ce_weight,
             seed=config.seed,
             threads=config.threads,
             resume=config.resume,
@@ -184,6 +219,7 @@ RUNNERS = {
     "data": stage_data,
     "target": stage_target,
     "draft": stage_draft,
+    "generate": stage_generate,
     "distill": stage_distill,
     "eval": stage_eval,
     # ship before export so the exported draft is the shipped one

@@ -40,6 +40,7 @@ READ_BYTES = 16 * 1024  # small enough that bandwidth shaping is smooth, big eno
 MIN_QUEUE_BYTES = 256 * 1024  # bytes held per direction before the proxy stops reading
 CONNECT_TIMEOUT_S = 10.0
 CONTROL_TIMEOUT_S = 10.0
+SHUTDOWN_WAIT_S = 2.0
 
 
 @dataclass
@@ -336,7 +337,10 @@ class LinkEmulator:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._server.wait_closed()
+        try:  # every connection is reset already; never let a straggler hold the stop up
+            await asyncio.wait_for(self._server.wait_closed(), SHUTDOWN_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -22,6 +22,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
@@ -41,6 +42,7 @@ from edgespec.cloud.training.loop import (
     save_checkpoint,
     train_loop,
 )
+from edgespec.cloud.training.target_text import load_target_text
 from edgespec.edge.errors import TokenizerMismatchError
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
@@ -63,6 +65,7 @@ class DistillConfig:
     temperature: float = 1.0
     ce_weight: float = 0.0  # add ce_weight * cross-entropy on the sequence's own next tokens
     generated_fraction: float = 0.0  # share of steps that train on target-generated continuations
+    corpus: Path | None = None  # target-generated text made beforehand (target_text.py): those steps read it, no generation
     generate_temperature: float = 0.0  # 0: greedy continuations
     prompt_len: int = 128
     new_tokens: int = 128
@@ -76,14 +79,14 @@ class DistillConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("target", "draft", "data", "out", "validation"):
+        for name in ("target", "draft", "data", "out", "validation", "corpus"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value))
         for name in ("target", "draft"):
             if not (getattr(self, name) / "config.json").is_file():
                 raise ValueError(f"{name}: {getattr(self, name)} is not a Hugging Face model directory (no config.json)")
-        for name in ("data", "validation"):
+        for name in ("data", "validation", "corpus"):
             if getattr(self, name) is not None and not getattr(self, name).exists():
                 raise ValueError(f"{name}: {getattr(self, name)} does not exist")
         Budget(tokens=self.tokens, minutes=self.minutes)  # validates the pair
@@ -183,10 +186,17 @@ class _Validation:
         return result
 
 
-def _batch(target, train: TokenStream, config: DistillConfig, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch(target, train: TokenStream, config: DistillConfig, step: int, corpus: np.ndarray | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input ids, labels, target logits) for one step: real windows or target continuations."""
     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
     if random.Random(config.seed * 7_919 + step).random() < config.generated_fraction:
+        if corpus is not None:  # continuations made beforehand: the target's logits from one forward
+            rows = torch.randint(0, corpus.shape[0], (config.generate_batch,), generator=gen).numpy()
+            ids = torch.from_numpy(corpus[rows].astype(np.int64))
+            with torch.no_grad():
+                logits = target(input_ids=ids[:, :-1]).logits.float()
+            return ids[:, :-1], ids[:, 1:], logits
         prompts = train.random_windows(config.generate_batch, config.prompt_len, gen)
         ids, logits = continue_prompts(target, prompts, config.new_tokens, temperature=config.generate_temperature, generator=gen)
         return ids[:, :-1], ids[:, 1:], logits
@@ -224,6 +234,12 @@ def distill(config: DistillConfig) -> DistillReport:
     else:
         train, val_stream = train.split_tail(0.05)
     validation = _Validation(target, val_stream, config)
+    corpus = None
+    if config.corpus is not None:
+        corpus, _ = load_target_text(config.corpus)
+        if corpus.shape[1] > _max_positions(draft):
+            raise ValueError(f"corpus: {config.corpus} holds sequences of {corpus.shape[1]} tokens, past the draft's {_max_positions(draft)} positions")
+        log(f"corpus: {corpus.shape[0]:,} target-generated sequences of {corpus.shape[1]} tokens from {config.corpus}")
 
     optimizer = adamw(draft, config.lr, config.weight_decay)
     if draft_source == ckpt:
@@ -247,7 +263,7 @@ def distill(config: DistillConfig) -> DistillReport:
 
     def step_loss(step: int) -> tuple[torch.Tensor, int]:
         # a batch (real text or target continuation) with the target's logits; KL(p || q) (+ CE)
-        inputs, labels, p_logits = _batch(target, train, config, step)
+        inputs, labels, p_logits = _batch(target, train, config, step, corpus)
         q_logits = draft(input_ids=inputs).logits
         loss = kl_divergence(p_logits, q_logits, config.temperature)
         if config.ce_weight:

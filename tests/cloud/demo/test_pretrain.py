@@ -56,9 +56,31 @@ def test_shapes_are_what_the_demo_promises():
     from edgespec.cloud.demo.models import param_count
 
     assert param_count(LlamaForCausalLM(DRAFT_SHAPE.llama_config(4096))) <= 1_000_000
-    assert TARGET_SHAPES["12x192"].layers == 12 and DRAFT_SHAPE.layers == 1
+    assert TARGET_SHAPES["12x192"].layers == 12 and DRAFT_SHAPE.layers == 2
     with pytest.raises(ValueError, match="multiple of heads"):
         ModelShape(layers=1, hidden=30, heads=4, kv_heads=4, intermediate=8)
+
+
+def test_grow_adds_layers_that_change_nothing_until_trained():
+    from transformers import LlamaForCausalLM
+
+    from edgespec.cloud.demo.models import grow
+
+    torch.manual_seed(0)
+    one = LlamaForCausalLM(ModelShape(layers=1, hidden=32, heads=2, kv_heads=1, intermediate=64).llama_config(300)).eval()
+    deeper = grow(one, TINY).eval()
+    assert deeper.config.num_hidden_layers == 2
+    ids = torch.randint(0, 300, (2, 20))
+    with torch.no_grad():
+        assert torch.allclose(one(input_ids=ids).logits, deeper(input_ids=ids).logits, atol=1e-6)
+    # the new layer's inputs are live, so training reaches it
+    deeper.train()
+    deeper(input_ids=ids).logits.sum().backward()
+    assert deeper.model.layers[1].self_attn.o_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="hidden_size"):
+        grow(one, ModelShape(layers=2, hidden=64, heads=2, kv_heads=1, intermediate=64))
+    with pytest.raises(ValueError, match="cannot grow 2 layers into 1"):
+        grow(deeper, ModelShape(layers=1, hidden=32, heads=2, kv_heads=1, intermediate=64))
 
 
 def test_pretrain_lowers_loss_resumes_and_extends(data_dir, tmp_path):

@@ -30,6 +30,21 @@ def test_the_pair_is_shipped_complete():
     assert metrics["target"]["val_loss"] + 0.5 <= metrics["draft_pretrained"]["val_loss"]
 
 
+def test_the_shipped_draft_is_the_two_layer_one_and_no_worse_than_the_one_it_replaced():
+    from edgespec.cloud.demo.models import DRAFT_SHAPE
+    from edgespec.edge.manifest import DraftManifest
+
+    metrics = json.loads((PAIR / "metrics.json").read_text())
+    config = json.loads((PAIR / "draft-hf" / "config.json").read_text())
+    assert config["num_hidden_layers"] == DRAFT_SHAPE.layers == metrics["draft"]["config"]["num_hidden_layers"]
+    assert DraftManifest.load(PAIR / "draft").num_layers == DRAFT_SHAPE.layers  # the ONNX is this draft's export
+    assert f"{DRAFT_SHAPE.layers} layers x" in (PAIR / "README.md").read_text()
+    shipped = metrics["eval"]["distilled"]
+    replaced = (metrics.get("draft_init") or {}).get("history", {}).get("eval")
+    if replaced:  # grown from an earlier draft: it must beat it where the device spends its time
+        assert shipped["tau"] > replaced["tau"] and shipped["tau_with_lookup"] >= replaced["tau_with_lookup"] - 0.05
+
+
 def test_target_draft_and_onnx_share_one_tokenizer():
     from edgespec.edge.manifest import DraftManifest
     from edgespec.edge.tokenizer import fingerprint, load_tokenizer

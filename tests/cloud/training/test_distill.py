@@ -10,6 +10,7 @@ import shutil
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ from edgespec.cloud.training.alignment import alpha, cross_entropy, greedy_agree
 from edgespec.cloud.training.continuation import continue_prompts
 from edgespec.cloud.training.distill import DistillConfig, check_pair, distill
 from edgespec.edge.errors import TokenizerMismatchError
+from edgespec.edge.tokenizer import load_tokenizer
 from edgespec.cloud.training.tiny import save_tokenizer, train_tokenizer
 from transformers import AutoModelForCausalLM
 
@@ -157,6 +159,45 @@ def test_distill_reduces_kl_and_resumes(pair, tmp_path):
         distill(DistillConfig(**common, tokens=16_000))
     resumed = distill(DistillConfig(**common, tokens=16_000, resume=True))
     assert resumed.steps > report.steps and resumed.before == report.before
+
+
+@pytest.mark.slow
+def test_target_text_is_the_targets_greedy_output_resumes_and_feeds_distillation(pair, tmp_path):
+    from edgespec.cloud.training.data import TokenStream
+    from edgespec.cloud.training.target_text import TargetTextConfig, generate_target_text, load_target_text
+
+    tokenizer = load_tokenizer(pair.target_dir)
+    ids = np.concatenate([np.asarray(tokenizer.encode((STDLIB / "json" / n).read_text()).ids, dtype=np.uint16)
+                          for n in ("decoder.py", "encoder.py")])
+    data = tmp_path / "train.bin"
+    ids.tofile(data)
+    base = dict(target=pair.target_dir, data=data, out_dir=tmp_path / "text", prompt_len=8, new_tokens=6, batch=3)
+    assert generate_target_text(TargetTextConfig(**base, sequences=3), progress=lambda m: None) == 3
+    assert generate_target_text(TargetTextConfig(**base, sequences=6), progress=lambda m: None) == 6  # resumes
+    corpus, prompt_len = load_target_text(tmp_path / "text")
+    assert corpus.shape == (6, 14) and prompt_len == 8
+    # each row: a window of the training text, then the target's own greedy continuation
+    model = AutoModelForCausalLM.from_pretrained(str(pair.target_dir)).eval()
+    prompts = torch.from_numpy(corpus[:, :8].astype(np.int64))
+    expected, _ = continue_prompts(model, prompts, 6)
+    assert np.array_equal(expected.numpy(), corpus)
+    text = TokenStream.from_bin(data).ids.tobytes()
+    assert all(corpus[i, :8].astype(np.uint16).tobytes() in text for i in range(6))
+    with pytest.raises(ValueError, match="another directory"):
+        generate_target_text(TargetTextConfig(**{**base, "new_tokens": 7}, sequences=9), progress=lambda m: None)
+
+    def kl_on_corpus(draft_dir):
+        draft = AutoModelForCausalLM.from_pretrained(str(draft_dir)).eval()
+        with torch.no_grad():
+            full = torch.from_numpy(corpus.astype(np.int64))[:, :-1]
+            return kl_divergence(model(input_ids=full).logits, draft(input_ids=full).logits).item()
+
+    distill(DistillConfig(target=pair.target_dir, draft=pair.draft_dir, data=data, out=tmp_path / "out",
+                          minutes=0, tokens=3_000, seq_len=32, batch_size=2, generate_batch=3, warmup_tokens=0,
+                          eval_windows=4, eval_generated=0, prompt_len=8, new_tokens=6, generated_fraction=1.0,
+                          corpus=tmp_path / "text"))
+    assert "6 target-generated sequences of 14 tokens" in (tmp_path / "out" / "distill.log").read_text()
+    assert kl_on_corpus(tmp_path / "out" / "final") < 0.5 * kl_on_corpus(pair.draft_dir)
 
 
 def test_token_sources_accept_every_documented_format(pair, tmp_path):
