@@ -18,7 +18,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -107,11 +106,10 @@ def ship(out: Path, ship_dir: Path) -> dict:
 
 
 def _target_text_summary(directory: Path) -> dict:
-    from edgespec.cloud.training.target_text import chunks
+    from edgespec.cloud.training.target_text import META, load_target_text
 
-    meta = json.loads((directory / "meta.json").read_text())
-    found = chunks(directory)
-    sequences = sum(int(np.load(p, mmap_mode="r").shape[0]) for p in found)
+    meta = json.loads((directory / META).read_text())
+    sequences = load_target_text(directory)[0].shape[0]
     return {**meta, "sequences": sequences, "generated_tokens": sequences * int(meta["new_tokens"])}
 
 

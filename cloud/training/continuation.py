@@ -18,23 +18,25 @@ def continue_prompts(
     *,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    keep_logits: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Extends ``prompts`` [batch, length] by ``new_tokens`` tokens.
 
     temperature 0 is greedy (no random numbers drawn); otherwise tokens are sampled from
     softmax(logits / temperature) with ``generator``.
 
     Returns (ids [batch, length + new_tokens], logits [batch, length + new_tokens - 1, vocab]),
-    where logits[:, i] is the model's prediction for ids[:, i + 1].
+    where logits[:, i] is the model's prediction for ids[:, i + 1]; logits is None when not
+    ``keep_logits`` (only the last position's are held at a time: a corpus needs only the ids).
     """
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
     out = model(input_ids=prompts, use_cache=True)
     cache = out.cache
-    logits = [out.logits.float()]
+    last = out.logits[:, -1].float()
+    logits = [out.logits.float()] if keep_logits else None
     ids = [prompts]
     for step in range(new_tokens):
-        last = logits[-1][:, -1]
         if temperature == 0:
             token = last.argmax(-1, keepdim=True)
         else:
@@ -43,5 +45,7 @@ def continue_prompts(
         ids.append(token)
         if step + 1 < new_tokens:  # the last token's prediction is not needed
             out = model(input_ids=token, cache=cache, use_cache=True)
-            logits.append(out.logits.float())
-    return torch.cat(ids, dim=1), torch.cat(logits, dim=1)
+            last = out.logits[:, -1].float()
+            if keep_logits:
+                logits.append(out.logits.float())
+    return torch.cat(ids, dim=1), (torch.cat(logits, dim=1) if keep_logits else None)

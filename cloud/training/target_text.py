@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
+from edgespec.cloud.training.continuation import continue_prompts
 from edgespec.cloud.training.data import TokenStream
 from edgespec.cloud.training.loop import configure_threads
 
@@ -53,19 +54,6 @@ class TargetTextConfig:
 
     def settings(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k in ("prompt_len", "new_tokens", "batch", "seed")} | {"target": str(self.target)}
-
-
-@torch.no_grad()
-def greedy_continue(model, prompts: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """``prompts`` [batch, length] extended by ``new_tokens`` greedy tokens (only the last logits kept)."""
-    out = model(input_ids=prompts, use_cache=True)
-    cache, ids = out.cache, [prompts]
-    for step in range(new_tokens):
-        token = out.logits[:, -1].argmax(-1, keepdim=True)
-        ids.append(token)
-        if step + 1 < new_tokens:
-            out = model(input_ids=token, cache=cache, use_cache=True)
-    return torch.cat(ids, dim=1)
 
 
 def chunks(out_dir: Path) -> list[Path]:
@@ -101,7 +89,7 @@ def generate_target_text(config: TargetTextConfig, progress=print) -> int:
         index = done // config.batch
         gen = torch.Generator().manual_seed(config.seed * 1_000_003 + index)
         prompts = stream.random_windows(config.batch, config.prompt_len, gen)
-        ids = greedy_continue(model, prompts, config.new_tokens)
+        ids, _ = continue_prompts(model, prompts, config.new_tokens, keep_logits=False)
         tmp = out / f"chunk-{index:05d}.tmp.npy"
         np.save(tmp, ids.numpy().astype(np.uint16))
         tmp.rename(out / f"chunk-{index:05d}.npy")
