@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "distill": ("align a draft to a target by distillation", "cloud"),
     "evaluate": ("offline figures of a draft/target pair: losses, alpha, simulated acceptance", "cloud"),
     "train-demo": ("train the demo tokenizer, target and draft", "cloud"),
+    "make-draft": ("make a draft for a real chat target: its replies, a reduced vocabulary, distillation", "cloud"),
     "demo": ("start Serve with the demo target and generate with the demo draft", "cloud"),
     "bench": ("measure and tune a draft/target pair; `bench capacity`, `bench links`", "cloud"),
     "link": ("emulate a network link (delay, jitter, bandwidth, faults) as a TCP proxy", "cloud"),

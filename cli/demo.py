@@ -6,12 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from edgespec.cloud.demo.run import DemoConfig, run_demo
+from edgespec.cloud.demo.run import PAIRS, DemoConfig, run_demo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", type=Path, help="target model dir (default: models/demo/target)")
-    parser.add_argument("--draft", type=Path, help="ONNX draft dir (default: models/demo/draft)")
+    parser.add_argument("--pair", choices=PAIRS, default="smollm2",
+                        help="smollm2: the real pair (SmolLM2-135M-Instruct and its draft, models/smollm2-135m); "
+                             "demo: the small pair trained here on the stdlib (models/demo) (default %(default)s)")
+    parser.add_argument("--target", type=Path, help="target model dir (default: the pair's)")
+    parser.add_argument("--draft", type=Path, help="ONNX draft dir (default: the pair's)")
     parser.add_argument("--prompt", help="prompt text (default: the first held-out prompt)")
     parser.add_argument("--prompt-index", type=int, default=0, help="which held-out prompt to use")
     parser.add_argument("--max-new-tokens", type=int, default=128)

