@@ -201,10 +201,13 @@ def on_link(rtt: float = 20.0, forward: float = 15.0, decode: float = 14.0) -> P
 
 
 def verified(planner: Planner, accepted: int, *, k: int = 4, rtt: float = 20.0, forward: float = 15.0) -> None:
-    planner.record_round(wall_ms=rtt + forward + 2.0, wait_ms=rtt + forward, forward_ms=forward, tokens=accepted + 1, k=k)
+    planner.record_round(wall_ms=rtt + forward + 2.0, wait_ms=rtt + forward, forward_ms=forward,
+                         tokens=accepted + 1, k=k)
 
 
-def rounds_until_left(planner: Planner, accepted: list[int], *, max_new_tokens: int = 128, rtt: float = 20.0) -> int | None:
+def rounds_until_left(planner: Planner, accepted: list[int], *, max_new_tokens: int = 128,
+                      rtt: float = 20.0) -> int | None:
+    """The round after which the planner leaves speculation (None: it stays)."""
     planner.begin(planner.first_path(max_new_tokens))
     generated = 0
     for i, n in enumerate(accepted, 1):
