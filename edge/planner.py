@@ -23,6 +23,31 @@ far the last speculative segment's measured rate was from its prediction, and a 
 repay its own cost (a round trip to open the other stream, the replica's prefill of the
 context) over the tokens still to come.
 
+A draft that cannot win is left within a few rounds, not after a fixed count. Each round (and
+each round replayed over a stream) is evidence on the draft's per-position acceptance a: k drafts
+of which n were accepted are n successes and, if n < k, one failure. From Jeffreys' prior
+Beta(1/2, 1/2), over the last 16 rounds (``acceptance.Acceptance``),
+
+    a | rounds ~ Beta(1/2 + accepted drafts, 1/2 + rounds that ended in a rejection)
+
+Speculation can beat the stream only if a round of max_k drafts commits round / cloud tokens,
+i.e. only if a >= a* (``acceptance.break_even``; the optimistic case: a longer block costs no
+more). ``chance_to_win`` = P(a >= a* | rounds); below 1 in 10 (``unpromising``) speculation is
+left from the segment's second round on, and a generation starts cloud-only. The number of
+rounds this takes follows what a round loses: where a* ~ 0.6 (a round costs 2.5 streamed
+tokens) two rounds that accept nothing suffice (P = 0.04), while one such round of a good draft
+is not enough (P = 0.13); where a* ~ 0.2 (a round costs 1.25 tokens) it takes six, a* ~ 0.1
+thirteen. The first round is nearly free: its block rides with the Open, and its verdict comes
+about when a stream's first token would. So a hopeless draft costs (rounds - 1) x (round -
+cloud) + one switch (about a round): 2.5 to 4 streamed tokens for any a* from 0.1 to 0.6, no
+more than 3% of a 128-token request.
+
+While the draft is unpromising it rests over the stream (``shadow_wanted``): it is run over the
+last 16 of every 256 streamed tokens (a look, started from the last 16 tokens of context), so
+its cost there is bounded at about 1/8 of the stream's tokens, and a draft that has become good
+on this text gains the chance to win back, runs over the whole stream again and brings
+speculation back as before.
+
 The planner lives as long as the client, so later generations start from what earlier ones
 measured. Send-ahead depth follows the same figures: enough blocks in flight to cover the
 round trip, while sent-ahead blocks are often valid.
@@ -35,6 +60,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
+
+from edgespec.edge.acceptance import Acceptance, break_even
 
 
 class Path(str, Enum):
@@ -100,6 +127,7 @@ class Estimates:
     chain_valid: float | None = None  # share of sent-ahead blocks that were verified, not discarded
     spec_bias: float = 1.0  # measured / predicted speculative ms per token, of the last segment
     long_tau: float | None = None  # tokens per round over many rounds (text difficulty reverts to it)
+    acceptance: Acceptance = field(default_factory=Acceptance)  # per-position acceptance, rounds with k known
     decode_ms: float | None = None  # the replica's decoding step of Generate streams (Info)
 
 
@@ -110,6 +138,9 @@ class Planner:
     MIN_TOKENS = 8  # tokens of a cloud-only segment (and one round-trip probe) before it may be left
     PRIOR_TAU = 3.0  # tokens per round assumed before any round is measured
     LONG_TAU_WEIGHT = 0.05  # per round, of the long-run tokens per round
+    WIN_CHANCE = 0.1  # below this posterior chance that the draft can win, speculation is left
+    SHADOW_PERIOD = 256  # streamed tokens per look while the draft is unpromising...
+    SHADOW_LOOK = 16  # ...of which the draft is run over the last this many
 
     def __init__(self, mode: str = "auto", *, margin: float = 0.15, max_depth: int = 4):
         if mode not in ("auto", "speculative", "cloud_only"):
@@ -121,6 +152,7 @@ class Planner:
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
         self._current: Path | None = None
         self._shadow_run, self._shadow_bonus = 0, False
+        self._shadow_clock = 0  # streamed tokens while the draft rested (``shadow_wanted``)
         self._max_k = 16  # the server's max_k, told by first_path
 
     # ---- what was measured ---------------------------------------------------------------
@@ -143,10 +175,13 @@ class Planner:
         if ms > 0:
             self.est.forward_ms.add(ms)
 
-    def record_round(self, *, wall_ms: float, wait_ms: float | None, forward_ms: float, tokens: int) -> None:
+    def record_round(
+        self, *, wall_ms: float, wait_ms: float | None, forward_ms: float, tokens: int, k: int | None = None
+    ) -> None:
         """One verified round as the device saw it: wall time since the last verdict (drafting
         included), send -> verdict (None for a block sent ahead: it waited at the verifier,
-        its wait is no round trip), and the server's forward.
+        its wait is no round trip), the server's forward, and the block's k drafts (its chain;
+        None: the round tells nothing about acceptance).
 
         A segment's first round also carried the Open (the replica's prefill of the context, the
         draft's own): that is the switch's cost, not the path's rate, so only its tokens count."""
@@ -154,7 +189,7 @@ class Planner:
         first = self._segment_rounds == 0
         self._segment_rounds += 1
         self.record_forward(forward_ms)
-        self._tau_sample(tokens)
+        self._tau_sample(tokens, k)
         if first:
             return
         if wait_ms is not None:
@@ -182,18 +217,20 @@ class Planner:
         k = max(1, int(k))
         for hit in hits:
             if self._shadow_bonus:  # the bonus token of a block accepted whole
-                self._tau_sample(k + 1)
+                self._tau_sample(k + 1, k)
                 self._shadow_run, self._shadow_bonus = 0, False
             elif hit:
                 self._shadow_run += 1
                 self._shadow_bonus = self._shadow_run >= k
             else:  # the first rejected draft: the target's token is the round's last
-                self._tau_sample(self._shadow_run + 1)
+                self._tau_sample(self._shadow_run + 1, k)
                 self._shadow_run = 0
 
-    def _tau_sample(self, tokens: int) -> None:
+    def _tau_sample(self, tokens: int, k: int | None) -> None:
         est = self.est
         est.tokens_per_round.add(tokens, 1)
+        if k is not None:
+            est.acceptance.add(tokens - 1, k)
         w = self.LONG_TAU_WEIGHT
         est.long_tau = float(tokens) if est.long_tau is None else (1 - w) * est.long_tau + w * tokens
 
@@ -264,6 +301,8 @@ class Planner:
         if self.mode != "auto":
             return Path(self.mode)
         self._max_k = max_k
+        if self.unpromising():
+            return Path.CLOUD_ONLY  # the draft has shown it can hardly win here
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value
         # Once rates are measured a tie goes to cloud-only: never slower than cloud-only.
         if self._current is Path.SPECULATIVE and len(self.est.spec) >= self.MIN_ROUNDS:
@@ -288,6 +327,10 @@ class Planner:
         if current is Path.SPECULATIVE:
             if self._segment_rounds >= 2 and self.hopeless():
                 return True  # measured: not even a draft that is always right could win
+            if self._segment_rounds >= 2 and self.unpromising():
+                # Hardly a chance the draft can win: leave if the rounds' own rate repays it.
+                gain_ms = remaining * (self.predicted_speculative() - self.cloud_ms_per_token())
+                return gain_ms > 2 * self.switch_cost_ms()
             if self._segment_rounds < self.MIN_ROUNDS or len(self.est.spec) < self.MIN_ROUNDS // 2:
                 return False
             # Leave only when the forecast (recent tau pulled towards the long run) agrees.
@@ -309,6 +352,35 @@ class Planner:
         out, however few rounds were measured."""
         best, cloud = self.predicted_speculative(tau=self._max_k + 1.0, corrected=False), self.cloud_ms_per_token()
         return best is not None and cloud is not None and best > cloud * (1 + self.margin)
+
+    def chance_to_win(self) -> float | None:
+        """The posterior chance that the draft's per-position acceptance is high enough for
+        speculation to beat cloud-only at all: P(a >= a*), where at a* a round of max_k drafts
+        commits (predicted round time) / (cloud-only ms per token) tokens on average. None until
+        both are known."""
+        round_ms, cloud = self.predicted_round_ms(), self.cloud_ms_per_token()
+        if round_ms is None or cloud is None:
+            return None
+        return self.est.acceptance.chance_at_least(break_even(round_ms / max(cloud, 1e-3), self._max_k))
+
+    def unpromising(self) -> bool:
+        """Whether the draft has less than ``WIN_CHANCE`` of being able to win here."""
+        chance = self.chance_to_win()
+        return chance is not None and chance < self.WIN_CHANCE
+
+    def shadow_wanted(self, tokens: int) -> bool:
+        """Whether the draft should run over the next ``tokens`` streamed tokens (the shadow,
+        ``record_shadow``): always while it may win; while it is unpromising it rests and looks
+        only at the last ``SHADOW_LOOK`` tokens of every ``SHADOW_PERIOD``, so a draft that
+        has become good on this text is still noticed."""
+        if not self.unpromising():
+            return True
+        position = self._shadow_clock % self.SHADOW_PERIOD
+        self._shadow_clock += tokens
+        if position >= self.SHADOW_PERIOD - self.SHADOW_LOOK:
+            return True
+        self._shadow_run, self._shadow_bonus = 0, False  # a rest ends the replayed round
+        return False
 
     def switch_cost_ms(self) -> float:
         """What a switch costs: the round trip that opens the other stream and the replica's

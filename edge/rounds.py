@@ -51,6 +51,7 @@ from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
 GUESS_SALT = 0xB0  # separates the bonus-guess draws from the round's own draws
 RTT_PROBE_INTERVAL_S = 0.5  # while streaming cloud-only: how often the round trip is probed
+SHADOW_CONTEXT = 16  # tokens of recent context the shadow re-reads when a look follows a rest
 
 
 @dataclass
@@ -235,7 +236,7 @@ class SpeculativeRun:
         self.policy.update(k, n, draft_ms=None if block.prefilled else block.draft_ms, wait_ms=wait_ms)
         # A block sent ahead was waiting at the verifier already: its wait is no round trip.
         self.planner.record_round(wall_ms=wall_ms, wait_ms=wait_ms if not block.ahead else None,
-                                  forward_ms=verdict.verify_ms, tokens=len(new_tokens))
+                                  forward_ms=verdict.verify_ms, tokens=len(new_tokens), k=k)
         if block.ahead:
             self.planner.record_ahead(True)
             self.stats.ahead_hits += 1
@@ -381,11 +382,14 @@ class SpeculativeRun:
 class Shadow:
     """The draft run over a cloud-only stream, off the event loop: what it would have proposed
     at each streamed token tells the planner the tokens per round speculation would commit
-    here (``Planner.record_shadow``), and keeps the draft's cache in step with the stream."""
+    here (``Planner.record_shadow``), and keeps the draft's cache in step with the stream. While
+    the planner judges the draft unpromising it rests (``Planner.shadow_wanted``) and a look
+    starts it from the last ``SHADOW_CONTEXT`` tokens; the next speculative segment resets it."""
 
     def __init__(self, run: SpeculativeRun):
         self.run = run
         self.pending: asyncio.Future | None = None
+        self.resting = False  # the planner has had the draft skip streamed tokens
         draft, committed = run.draft, run.committed
         self.synced = draft.tokens[: len(committed)] == committed
         if self.synced:
@@ -393,13 +397,22 @@ class Shadow:
 
     def observe(self, tokens: list[int]) -> None:
         run = self.run
-        if not self.synced or len(run.committed) + 1 >= run.max_context:
+        if len(run.committed) + 1 >= run.max_context:
             self.synced = False  # the draft falls behind; the next speculative segment resets it
             return
+        if not run.planner.shadow_wanted(len(tokens)):
+            self.synced, self.resting = False, True
+            return
+        context = None
+        if not self.synced:
+            if not self.resting:
+                return  # fell behind: the next speculative segment resets it
+            context = run.committed[-len(tokens) - SHADOW_CONTEXT : -len(tokens)]  # a look after a rest
+            self.synced, self.resting = True, False
         k = run.policy.next_k(run.info.max_k)
         loop = asyncio.get_running_loop()
         # One draft thread: observations run in the order the tokens came.
-        future = loop.run_in_executor(run.draft_thread, run.draft.observe, list(tokens), run.lookup)
+        future = loop.run_in_executor(run.draft_thread, self._look, context, list(tokens))
 
         def done(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
@@ -409,6 +422,11 @@ class Shadow:
 
         future.add_done_callback(done)
         self.pending = future
+
+    def _look(self, context: list[int] | None, tokens: list[int]) -> list[int]:
+        if context is not None:
+            self.run.draft.reset(context)
+        return self.run.draft.observe(tokens, self.run.lookup)
 
     async def settle(self) -> None:
         """Waits for the draft thread (the next segment uses the draft) and leaves the draft at

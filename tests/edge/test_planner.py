@@ -180,3 +180,100 @@ def test_a_round_trip_no_draft_could_beat_is_left_after_two_rounds():
     near.begin(Path.SPECULATIVE)
     speculating(near, rtt=40.0, forward=20.0, tokens=2, rounds=2)
     assert not near.hopeless() and not near.should_switch(Path.SPECULATIVE, 100)
+
+
+# ---- a draft that cannot win, and one that started badly -------------------------------------
+# Figures of one link: a 20 ms round trip, a 15 ms verify forward, 2 ms on the device, a 14 ms
+# decoding step (15 ms a streamed token). A round costs 37 ms = 2.5 streamed tokens, so
+# speculation wins once a round commits more than 2.5 tokens: a* = 0.59 per position at max_k.
+
+HOPELESS = [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]  # accepted drafts of 4: ~0.03 a position
+GOOD = [0, 3, 2, 4, 4, 1, 3, 4, 2, 4, 3, 4, 1, 4, 3, 4]  # ~0.7 a position, the first round unlucky
+
+
+def on_link(rtt: float = 20.0, forward: float = 15.0, decode: float = 14.0) -> Planner:
+    """A planner as the client makes one: the server's step times and one probed round trip."""
+    planner = Planner()
+    planner.record_rtt(rtt)
+    planner.record_forward(forward)
+    planner.record_decode(decode)
+    return planner
+
+
+def verified(planner: Planner, accepted: int, *, k: int = 4, rtt: float = 20.0, forward: float = 15.0) -> None:
+    planner.record_round(wall_ms=rtt + forward + 2.0, wait_ms=rtt + forward, forward_ms=forward,
+                         tokens=accepted + 1, k=k)
+
+
+def rounds_until_left(planner: Planner, accepted: list[int], *, max_new_tokens: int = 128,
+                      rtt: float = 20.0) -> int | None:
+    """The round after which the planner leaves speculation (None: it stays)."""
+    planner.begin(planner.first_path(max_new_tokens))
+    generated = 0
+    for i, n in enumerate(accepted, 1):
+        verified(planner, n, rtt=rtt)
+        generated += n + 1
+        if planner.should_switch(Path.SPECULATIVE, max_new_tokens - generated):
+            return i
+    return None
+
+
+def test_a_hopeless_draft_is_left_within_three_rounds_where_a_good_one_wins():
+    good, hopeless = on_link(), on_link()
+    assert rounds_until_left(good, GOOD) is None  # a link where a good draft wins...
+    assert good.est.spec.trimmed * (1 + good.margin) < good.cloud_ms_per_token()
+    left = rounds_until_left(hopeless, HOPELESS)  # ...and one that never agrees is left at once
+    assert left is not None and left <= 3
+    assert hopeless.chance_to_win() < Planner.WIN_CHANCE <= good.chance_to_win()
+    assert hopeless.first_path(128) is Path.CLOUD_ONLY  # and the next generation streams from the start
+
+
+def test_one_unlucky_first_round_does_not_condemn_a_good_draft():
+    planner = on_link()
+    planner.begin(planner.first_path(128))
+    verified(planner, 0)  # nothing accepted, true acceptance ~0.7 (tau ~2.8 at k=4)
+    assert planner.chance_to_win() > Planner.WIN_CHANCE  # one failure: P(a >= 0.59) = 0.13
+    verified(planner, 1)
+    assert not planner.should_switch(Path.SPECULATIVE, 120)
+    assert rounds_until_left(on_link(), GOOD) is None
+
+
+@pytest.mark.parametrize("rtt", [1.0, 5.0, 20.0])
+def test_a_hopeless_draft_costs_a_first_request_under_five_percent(rtt):
+    """The loss against streaming from the start: the first round costs what a stream's first
+    token does (its block rides with the Open), each later round its time less what its tokens
+    would have cost streamed, and the switch a round trip and the replica's prefill. The faster
+    the link, the more rounds it takes (a* is lower) and the less each one loses."""
+    planner = on_link(rtt=rtt)
+    cloud, round_ms = planner.cloud_ms_per_token(), rtt + 15.0 + 2.0
+    left = rounds_until_left(planner, HOPELESS, rtt=rtt)
+    assert left is not None
+    lost = sum(round_ms - (n + 1) * cloud for n in HOPELESS[1:left]) + planner.switch_cost_ms()
+    assert lost <= 0.05 * 128 * cloud, (left, lost)
+
+
+def test_an_unpromising_draft_rests_over_the_stream_and_comes_back_when_it_turns_good():
+    planner = on_link()
+    assert rounds_until_left(planner, HOPELESS) is not None
+    planner.begin(Path.CLOUD_ONLY)
+    planner.record_cloud_rate(15.0 * 20, 20)
+    planner.record_rtt(20.0)
+    run_over = 0
+
+    def stream(tokens: int, hit) -> int | None:
+        """One token at a time, as Shadow.observe sees the stream; the token that brings
+        speculation back, if one does."""
+        nonlocal run_over
+        for i in range(tokens):
+            if planner.shadow_wanted(1):
+                run_over += 1
+                planner.record_shadow([hit(i)], 4)
+            if planner.should_switch(Path.CLOUD_ONLY, 1000):
+                return i
+        return None
+
+    assert stream(1024, lambda i: i % 32 == 0) is None  # still hopeless: it looks now and then
+    assert 0 < run_over <= 1024 * Planner.SHADOW_LOOK / Planner.SHADOW_PERIOD  # 1/16 of the stream
+    back = stream(1024, lambda i: i % 5 != 4)  # the text turned easy: 0.8 a position
+    assert back is not None and back <= Planner.SHADOW_PERIOD + 64  # at the next look, and soon after
+    assert planner.first_path(128) is Path.SPECULATIVE

@@ -1,0 +1,33 @@
+"""The Beta posterior on per-position acceptance and the break-even acceptance of a link."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from edgespec.edge.acceptance import Acceptance, beta_upper_tail, break_even
+from edgespec.edge.policy import expected_tokens
+
+
+@pytest.mark.parametrize("x", [1e-4, 0.05, 0.2, 0.45, 0.6, 0.9, 0.9999])
+@pytest.mark.parametrize("a, b", [(0.5, 0.5), (0.5, 2.5), (3.5, 1.5), (20.5, 8.5), (1.5, 40.5)])
+def test_the_upper_tail_matches_scipy(x, a, b):
+    assert beta_upper_tail(x, a, b) == pytest.approx(stats.beta.sf(x, a, b), abs=1e-10)
+
+
+def test_rounds_count_accepted_drafts_and_one_rejection():
+    acceptance = Acceptance()
+    acceptance.add(2, 4)  # two accepted, the third rejected
+    acceptance.add(4, 4)  # all four accepted: no rejection was seen
+    assert acceptance.posterior == (0.5 + 6, 0.5 + 1)
+    for _ in range(40):
+        acceptance.add(0, 1)
+    assert len(acceptance) == 16  # the recent rounds only
+    assert acceptance.chance_at_least(0.2) < 0.01
+
+
+def test_break_even_is_where_a_round_commits_the_tokens_needed():
+    a = break_even(2.5, 16)
+    assert expected_tokens(a, 16) == pytest.approx(2.5)
+    assert break_even(0.8, 16) == 0.0  # one token a round already wins
+    assert break_even(17.0, 16) == 1.0  # not even a draft that is always right

@@ -1,0 +1,92 @@
+"""The draft run over a cloud-only stream (``rounds.Shadow``): all of it while the draft may win,
+a bounded share once the planner judges it unpromising."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+from edgespec.edge.planner import Path, Planner
+from edgespec.edge.policy import FixedK
+from edgespec.edge.rounds import SHADOW_CONTEXT, Shadow
+
+
+class CountingDraft:
+    """Proposes the last token + 1; counts the tokens it is run over (fed or re-read)."""
+
+    def __init__(self, tokens: list[int]):
+        self.tokens, self.run_over = list(tokens), 0
+
+    def rollback_to(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def reset(self, context: list[int]) -> None:
+        self.tokens = list(context)
+        self.run_over += len(context)
+
+    def observe(self, token_ids: list[int], lookup=None) -> list[int]:
+        predicted = []
+        for token in token_ids:
+            predicted.append(self.tokens[-1] + 1)
+            self.tokens.append(token)
+        self.run_over += len(token_ids)
+        return predicted
+
+
+def streamed(planner: Planner, tokens: list[int]) -> SimpleNamespace:
+    """A cloud-only segment delivering ``tokens`` one at a time to a Shadow, as _cloud_segment does."""
+    prompt = [1, 2, 3]
+    run = SimpleNamespace(draft=CountingDraft(prompt), committed=list(prompt), max_context=4096, planner=planner,
+                          policy=FixedK(4), info=SimpleNamespace(max_k=8), lookup=None)
+
+    async def go():
+        with ThreadPoolExecutor(1) as run.draft_thread:
+            shadow = Shadow(run)
+            for token in tokens:
+                run.committed.append(token)
+                shadow.observe([token])
+                if shadow.pending is not None:  # the next token comes once this one is judged: no race
+                    await asyncio.gather(shadow.pending)
+            await shadow.settle()
+
+    asyncio.run(go())
+    return run
+
+
+def unpromising_planner() -> Planner:
+    planner = Planner()
+    planner.record_rtt(20.0)
+    planner.record_forward(15.0)
+    planner.record_decode(14.0)
+    planner.begin(planner.first_path(128))
+    for _ in range(2):
+        planner.record_round(wall_ms=37.0, wait_ms=35.0, forward_ms=15.0, tokens=1, k=4)
+    assert planner.should_switch(Path.SPECULATIVE, 100)
+    planner.begin(Path.CLOUD_ONLY)
+    return planner
+
+
+def test_a_draft_that_may_win_runs_over_the_whole_stream():
+    tokens = list(range(4, 260))  # the draft predicts every one
+    run = streamed(Planner(), tokens)
+    assert run.draft.run_over == len(tokens) and run.draft.tokens == run.committed
+
+
+def test_an_unpromising_draft_runs_over_a_bounded_share_of_the_stream():
+    planner = unpromising_planner()
+    tokens = [(7 * i) % 101 for i in range(1024)]  # the draft predicts none of them
+    run = streamed(planner, tokens)
+    looks = len(tokens) // Planner.SHADOW_PERIOD
+    assert run.draft.run_over == looks * (SHADOW_CONTEXT + Planner.SHADOW_LOOK)  # 1/8 of the stream
+    assert planner.unpromising()
+
+
+def test_a_look_that_finds_the_draft_good_resumes_the_whole_shadow():
+    planner = unpromising_planner()
+    rest = Planner.SHADOW_PERIOD - Planner.SHADOW_LOOK
+    tokens = [(7 * i) % 101 for i in range(rest)] + list(range(200, 456))  # then the draft predicts all
+    run = streamed(planner, tokens)
+    assert run.draft.run_over >= len(tokens) - rest  # every token from the look on
+    assert not planner.unpromising()
+    assert run.draft.tokens == run.committed[-len(run.draft.tokens):]  # in step from the look's context on
