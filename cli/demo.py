@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, choices=range(1, 101), metavar="N",
                         help="alternating speculative/cloud-only runs per timed prompt (1-100)")
     parser.add_argument("--grpc-port", type=int, default=9000)
+    parser.add_argument("--peers", action="store_true",
+                        help="also time transformers' own speculative decoding (prompt lookup, assisted generation) on the same prompts")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
 
 

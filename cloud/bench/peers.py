@@ -28,7 +28,8 @@ class PeerArm:
     identical_to_target_only: int  # generations token-identical to target-only greedy
 
 
-def measure_peers(target: Path, draft_hf: Path | None, prompts: list[str], max_new_tokens: int, progress=print) -> dict[str, PeerArm]:
+def measure_peers(target: Path, draft_hf: Path | None, prompts: list, max_new_tokens: int, progress=print) -> dict[str, PeerArm]:
+    """``prompts``: texts, or token ids (a chat prompt already rendered with its template)."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -48,7 +49,7 @@ def measure_peers(target: Path, draft_hf: Path | None, prompts: list[str], max_n
     totals = {name: [0.0, 0, 0] for name in arms}  # seconds, tokens, identical
     common = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
     for i, prompt in enumerate(prompts):
-        ids = torch.tensor([tokenizer.encode(prompt).ids])
+        ids = torch.tensor([tokenizer.encode(prompt).ids if isinstance(prompt, str) else list(prompt)])
         with torch.inference_mode():
             model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)  # warm-up
             reference = None

@@ -51,6 +51,7 @@ class DemoConfig:
     timing_prompts: int = 8
     repeats: int = 1
     grpc_port: int = 9000
+    peers: bool = False  # also time transformers' own speculative decoding in this process (same prompts)
 
     def __post_init__(self) -> None:
         if self.pair not in PAIRS:
@@ -143,7 +144,29 @@ def run_demo(demo: DemoConfig) -> dict:
         from ray import serve
 
         serve.shutdown()
+    if demo.peers:
+        figures["peers"] = time_peers(target, draft, prompts, demo, figures["speculative_ms_per_token"])
     return figures
+
+
+def time_peers(target: Path, draft: Path, prompts: list, demo: DemoConfig, edgespec_ms: float) -> dict:
+    """transformers' own generation in this process on the same prompts: target alone, prompt
+    lookup, and assisted generation with the same draft (its HF weights, full vocabulary)."""
+    import tempfile
+
+    from edgespec.cloud.bench.peers import measure_peers, peers_dict
+    from edgespec.cloud.training.vocab_draft import DraftVocab, expand_to_target_vocab
+
+    draft_hf = draft.parent / "draft-hf"
+    print(f"\n      transformers in this process, same prompts ({len(prompts)}), {demo.max_new_tokens} tokens each:", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        if DraftVocab.load(draft_hf) is not None:
+            draft_hf = expand_to_target_vocab(draft_hf, Path(scratch) / "draft-full")
+        arms = measure_peers(target, draft_hf if (draft_hf / "config.json").is_file() else None, prompts,
+                             demo.max_new_tokens, progress=lambda m: None)
+    for name, arm in arms.items():
+        print(f"      {name:<16} {arm.ms_per_token:6.1f} ms/token; edgespec is {arm.ms_per_token / edgespec_ms:.2f}x faster")
+    return peers_dict(arms)
 
 
 def chat_through_device_server(client, draft: Path) -> None:

@@ -156,3 +156,38 @@ def load_draft(directory: Path, dtype=torch.float32):
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True).eval()
     vocab = DraftVocab.load(directory)
     return model if vocab is None else MappedDraft(model, vocab).eval()
+
+
+def expand_to_target_vocab(directory: Path, out: Path) -> Path:
+    """A reduced-vocabulary draft as an ordinary full-vocabulary model (for tools that need
+    one, such as transformers' assisted generation): a target id outside the draft vocabulary
+    embeds as the unknown token, and its output row is zero (logit 0: it can only win where
+    every draft token's logit is negative, which a trained draft's top token never is)."""
+    vocab = DraftVocab.load(directory)
+    if vocab is None:
+        raise ValueError(f"{directory} has no {DRAFT_VOCAB_FILE}: it is a full-vocabulary draft already")
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, local_files_only=True)
+    config = model.config
+    config.vocab_size, config.tie_word_embeddings = vocab.target_vocab_size, False
+    table, d2t = vocab.target_to_draft(), torch.tensor(vocab.draft_to_target)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            setattr(config, name, vocab.draft_to_target[value])
+        elif isinstance(value, list):
+            setattr(config, name, [vocab.draft_to_target[v] for v in value])
+    full = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = model.state_dict()
+    embedding = state["model.embed_tokens.weight"]
+    head = state.get("lm_head.weight", embedding)
+    state["model.embed_tokens.weight"] = embedding[table]
+    full_head = head.new_zeros(vocab.target_vocab_size, head.shape[1])
+    full_head[d2t] = head
+    state["lm_head.weight"] = full_head
+    full.load_state_dict(state)
+    out = Path(out)
+    full.save_pretrained(out)
+    for path in Path(directory).iterdir():
+        if path.is_file() and path.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            (out / path.name).write_bytes(path.read_bytes())
+    return out

@@ -20,7 +20,7 @@ from edgespec.cloud.training.distill_replies import (
 )
 from edgespec.cloud.training.target_replies import RepliesConfig, chat_ids, eos_ids, generate_replies, load_replies, reply_batch
 from edgespec.cloud.training.tiny import build_tiny_pair
-from edgespec.cloud.training.vocab_draft import OUTSIDE_LOGIT, DraftVocab, MappedDraft, build_draft, choose_vocab, load_draft
+from edgespec.cloud.training.vocab_draft import OUTSIDE_LOGIT, DraftVocab, MappedDraft, build_draft, choose_vocab, expand_to_target_vocab, load_draft
 
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
@@ -94,6 +94,18 @@ def test_a_draft_with_every_layer_gives_the_targets_logits_on_its_vocabulary(cha
     assert bool((mapped[..., outside] == OUTSIDE_LOGIT).all())
     with torch.no_grad():  # an id outside the draft vocabulary enters as the unknown token
         assert torch.equal(draft(input_ids=torch.tensor([[1]])).logits, draft(input_ids=torch.tensor([[0]])).logits)
+
+
+def test_an_expanded_draft_proposes_what_the_mapped_one_does(chat_target, tmp_path):
+    vocab_size = AutoModelForCausalLM.from_pretrained(chat_target).config.vocab_size
+    vocab = DraftVocab(list(range(0, vocab_size, 2)), vocab_size, 0)
+    directory = build_draft(chat_target, vocab, [0, 1], tmp_path / "d")
+    mapped, full = load_draft(directory), AutoModelForCausalLM.from_pretrained(expand_to_target_vocab(directory, tmp_path / "full"))
+    ids = torch.tensor([[0, 2, 4, 7, 9, 12]])  # 7 and 9 are outside: both enter as the unknown token
+    with torch.no_grad():
+        a, b = mapped(input_ids=ids).logits, full(input_ids=ids).logits
+    torch.testing.assert_close(b[..., ::2], a[..., ::2], atol=1e-5, rtol=1e-5)
+    assert bool((b[..., 1::2] == 0).all())
 
 
 def test_batched_replies_equal_each_prompt_alone_and_stop_at_eos(chat_target):
