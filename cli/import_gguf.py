@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from edgespec.cloud.training.gguf_import import DTYPES, GGUFImportError, import_gguf
+from edgespec.cloud.training.gguf_import import DTYPES, GGUFImportError, ensure_imported, import_gguf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,11 +14,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory to create (safetensors, tokenizer, chat template, generation config)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="weights' dtype (default %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--if-changed", action="store_true",
+                        help="do nothing when --out already holds an import of the same file (sha256) and dtype; else replace it")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        report = import_gguf(args.source, args.out, dtype=args.dtype, overwrite=args.overwrite)
+        if args.if_changed:
+            report = ensure_imported(args.source, args.out, dtype=args.dtype)
+            if report is None:
+                return 0
+        else:
+            report = import_gguf(args.source, args.out, dtype=args.dtype, overwrite=args.overwrite)
     except (GGUFImportError, ValueError, OSError) as exc:
         print(f"edgespec import-gguf: {exc}", file=sys.stderr)
         return 1

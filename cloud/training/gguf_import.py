@@ -217,6 +217,8 @@ def import_gguf(
             "eos_token_ids": eos,
         }
         (staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for written in staging.iterdir():  # some writers make private temp files: ordinary files, like the directory
+            written.chmod(0o666 & ~umask)
         log(f"[4/4] moving into {out_dir} (end tokens {eos})")
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -225,6 +227,28 @@ def import_gguf(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ImportReport(out_dir, src, architecture, type(model).__name__, model.num_parameters(), eos)
+
+
+def ensure_imported(source: str | Path, out_dir: str | Path, *, dtype: str = "float32",
+                    log: Callable[[str], None] = _stderr) -> ImportReport | None:
+    """Imports ``source`` unless ``out_dir`` already holds an import of the same file (by sha256)
+    and dtype; returns None when it was current."""
+    out_dir = Path(out_dir)
+    if out_dir.is_dir():
+        path, _ = locate_gguf(source)
+        recorded = _provenance(out_dir)
+        if recorded.get("sha256") == sha256_of(path) and recorded.get("dtype") == dtype and (out_dir / "model.safetensors").is_file():
+            log(f"{out_dir} is current (sha256 {recorded['sha256'][:16]}...): nothing to import")
+            return None
+    return import_gguf(source, out_dir, dtype=dtype, overwrite=True, log=log)
+
+
+def _provenance(model_dir: Path) -> dict:
+    try:
+        data = json.loads((Path(model_dir) / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def recorded_sha256(model_dir: str | Path) -> str | None:
