@@ -112,3 +112,35 @@ def test_chat_replies_end_their_turn(real):
     stop checks above prove nothing."""
     _, references, eos = real
     assert any(expected and expected[-1] in eos for _, expected in references[: len(CHATS)])
+
+
+def test_streamed_pieces_and_device_server_replies_hold_no_special_token(real):
+    import threading
+
+    openai = pytest.importorskip("openai")
+    from edgespec.edge.openai_server import DeviceServer
+
+    server, references, eos = real
+    draft_dir = server.pair.draft_dir
+    assert (draft_dir / "chat_template.jinja").is_file()  # the export carried the template over
+    with EdgeClient(server.address, draft_dir) as client:
+        ids, expected = references[0]
+        stream = client.stream(ids, max_new_tokens=NEW_TOKENS, k=4)
+        pieces = list(stream)
+        assert stream.token_ids == expected and stream.token_ids[-1] in eos  # the id stays in token_ids...
+        assert not any(special in "".join(pieces) for special in SPECIAL_TEXTS)  # ...never in the text
+        device = DeviceServer(("127.0.0.1", 0), client, draft_dir)
+        threading.Thread(target=device.serve_forever, daemon=True).start()
+        try:
+            api = openai.OpenAI(base_url=device.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+            reply = api.chat.completions.create(model="any", messages=CHATS[0], max_tokens=NEW_TOKENS, temperature=0)
+            content = reply.choices[0].message.content
+            assert content and not any(special in content for special in SPECIAL_TEXTS), content
+            assert reply.choices[0].finish_reason == "stop"  # ended at <|im_end|>, not the length
+            chunks = list(api.chat.completions.create(model="any", messages=CHATS[0], max_tokens=NEW_TOKENS,
+                                                      temperature=0, stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks) == content
+            text = api.completions.create(model="any", prompt=CODE[0], max_tokens=16, temperature=0).choices[0].text
+            assert not any(special in text for special in SPECIAL_TEXTS)
+        finally:
+            device.shutdown()
