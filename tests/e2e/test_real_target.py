@@ -47,22 +47,11 @@ def ensure_real_target():
 
 def tiny_draft_on(target_dir, out):
     """A 1-layer random Llama over the target's tokenizer, exported to ONNX."""
-    import shutil
-
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from edgespec.cloud.training.export import export_draft
+    from edgespec.cloud.training.tiny import build_tiny_draft_for
 
-    hf = out / "draft-hf"
-    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(str(hf))
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
-        shutil.copyfile(target_dir / name, hf / name)
-    export_draft(hf, out / "draft", parity_steps=4, log=lambda _: None)
+    hf = build_tiny_draft_for(target_dir, out / "draft-hf", max_positions=2048)
+    export_draft(hf, out / "draft", parity_steps=4, target_dir=target_dir, log=lambda _: None)
     return ModelPair(target_dir, hf, out / "draft")
 
 

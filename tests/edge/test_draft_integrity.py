@@ -40,3 +40,12 @@ def test_cpu_is_the_default_provider_and_an_unknown_one_is_refused():
         DraftModel(DEMO, providers=["NoSuchExecutionProvider"])
     for name in ort.get_available_providers():
         assert name in str(info.value)
+
+
+def test_the_cli_refuses_an_unknown_execution_provider(capsys):
+    from edgespec.cli import main
+
+    code = main(["generate", "--server", "127.0.0.1:1", "--draft", str(DEMO), "--execution-provider", "NoSuchExecutionProvider", "--prompt", "x"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "NoSuchExecutionProvider" in err and "CPUExecutionProvider" in err
