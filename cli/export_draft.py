@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default %(default)s)")
     parser.add_argument("--parity-steps", type=int, default=20, help="cached greedy steps compared (default %(default)s)")
     parser.add_argument("--tolerance", type=float, default=1e-4,
-                        help="max |logit diff| allowed, as a fraction of max |logit| (default %(default)g)")
+                        help="max |logit diff| allowed, as a fraction of max(1, max |logit|) (default %(default)g)")
     parser.add_argument("--prob-tolerance", type=float, default=1e-3, help="max |softmax diff| allowed (default %(default)g)")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="ship dynamic int8 weights (onnxruntime.quantization) after the float graph passed parity")
