@@ -11,7 +11,8 @@ Hugging Face directories. The import:
    model), ties the embeddings again and casts to ``dtype``;
 4. writes ``model.safetensors``, ``config.json``, ``tokenizer.json``, ``tokenizer_config.json``
    (with the chat template), ``chat_template.jinja``, ``generation_config.json`` whose
-   ``eos_token_id`` lists every end token (``edgespec.edge.eos``'s rule) and ``gguf_source.json``
+   ``eos_token_id`` lists every end token (``edgespec.edge.eos``'s rule, plus the GGUF's own
+   ``tokenizer.ggml.eot_token_id`` / ``eom_token_id`` when it declares them) and ``gguf_source.json``
    (provenance: the source's sha256, size, architecture, the package it came from);
 5. into a staging directory renamed into place, so a failed import leaves nothing behind.
 
@@ -97,6 +98,23 @@ def locate_gguf(source: str | Path) -> tuple[Path, str | None]:
     return found, f"{dist.metadata['Name']}=={dist.version}"
 
 
+# llama.cpp's keys for end tokens besides eos: end of turn, end of message.
+GGUF_END_TOKEN_KEYS = ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+
+
+def gguf_end_tokens(path: Path) -> list[int]:
+    """The end-of-turn / end-of-message ids the GGUF declares besides its eos (often none)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    found = []
+    for key in GGUF_END_TOKEN_KEYS:
+        field = reader.fields.get(key)
+        if field is not None:
+            found.append(int(field.contents()))
+    return found
+
+
 def gguf_architecture(path: Path) -> str:
     import gguf
 
@@ -163,10 +181,12 @@ def _write_tokenizer(tokenizer, out: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _write_generation_config(model, out: Path, vocab_size: int) -> list[int]:
+def _write_generation_config(model, out: Path, vocab_size: int, declared: list[int]) -> list[int]:
     # The rule reads the files just written (config, tokenizer, template), then the list goes
     # back into generation_config.json so transformers' generate() stops where edgespec does.
+    # ``declared``: the GGUF's own end-of-turn ids, which no HF file carries otherwise.
     eos = eos_token_ids(out, vocab_size)
+    eos += [t for t in declared if t not in eos and 0 <= t < vocab_size]
     generation = model.generation_config
     generation.eos_token_id = eos if len(eos) != 1 else eos[0]
     generation.save_pretrained(str(out))
@@ -204,7 +224,7 @@ def import_gguf(
         (staging / "generation_config.json").unlink(missing_ok=True)  # rewritten below with every end token
         _write_tokenizer(tokenizer, staging)
         vocab_size = model.config.get_text_config().vocab_size
-        eos = _write_generation_config(model, staging, vocab_size)
+        eos = _write_generation_config(model, staging, vocab_size, gguf_end_tokens(path))
         provenance = {
             "format": 1,
             "source_file": path.name,

@@ -46,7 +46,7 @@ def _permute_for_gguf(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, 2, rows // heads // 2, -1).transpose(1, 2).reshape(weight.shape)
 
 
-def write_tiny_gguf(path: Path, arch: str = "llama") -> tuple[torch.nn.Module, object]:
+def write_tiny_gguf(path: Path, arch: str = "llama", eot: int | None = None) -> tuple[torch.nn.Module, object]:
     """A random tiny Llama and its tokenizer, written as an F32 GGUF; returns (HF model, tokenizer)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -85,6 +85,8 @@ def write_tiny_gguf(path: Path, arch: str = "llama") -> tuple[torch.nn.Module, o
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
+    if eot is not None:
+        writer.add_eot_token_id(eot)
     state = {k: v.detach().float() for k, v in model.state_dict().items()}
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -171,6 +173,12 @@ def test_unsupported_architecture_is_refused_in_one_line(tmp_path):
     message = str(info.value)
     assert "'notamodel'" in message and "\n" not in message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_declared_end_of_turn_token_is_kept(tmp_path):
+    write_tiny_gguf(tmp_path / "eot.gguf", eot=1)  # an odd choice, but what the file says
+    report = import_gguf(tmp_path / "eot.gguf", tmp_path / "out", log=lambda _: None)
+    assert report.eos_token_ids == [2, 0, 1]
 
 
 def test_missing_source_names_the_fix(tmp_path):
