@@ -103,3 +103,23 @@ def test_a_target_with_another_tokenizer_is_refused(pair, tmp_path):
     other = build_tiny_gpt2(tmp_path / "other", vocab_size=300)
     with pytest.raises(export.ExportError, match="is not the target's"):
         export.export_draft(pair.draft_dir, tmp_path / "x", target_dir=other, parity_steps=2, log=lambda _: None)
+
+
+def test_parity_is_judged_against_the_logits_scale():
+    rng = np.random.default_rng(0)
+    big = (rng.standard_normal((4, 1000)) * 30).astype(np.float32)  # Gemma-like logits, tens wide
+    diff = export._Diff()
+    diff.add(big + np.float32(2e-3), big)  # 2e-3 absolute: over the old 1e-4, nothing greedy could see
+    result = export.ParityResult(diff.max_abs, True, 1, None, diff.max_rel, diff.max_prob)
+    assert result.max_abs_diff > 1e-4 and result.passes(1e-4, 1e-3)
+    small = (rng.standard_normal((4, 50)) * 0.1).astype(np.float32)
+    diff = export._Diff()
+    diff.add(small + np.float32(5e-4), small)  # small logits keep the absolute bound (scale floor 1)
+    assert diff.max_rel > 1e-4
+    masked = np.full((2, 6), MASKED_LOGIT, np.float32)
+    masked[:, :3] = 1.0
+    broken = masked.copy()
+    broken[0, 4] = 0.5  # an entry the draft lacks became a real logit
+    diff = export._Diff()
+    diff.add(broken, masked)
+    assert diff.max_rel == float("inf")
