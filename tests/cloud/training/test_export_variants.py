@@ -123,3 +123,20 @@ def test_parity_is_judged_against_the_logits_scale():
     diff = export._Diff()
     diff.add(broken, masked)
     assert diff.max_rel == float("inf")
+
+
+def test_external_data_is_hashed_and_checked(pair, tmp_path, monkeypatch):
+    from edgespec.edge.errors import DraftIntegrityError
+
+    monkeypatch.setattr(export, "_EXTERNAL_DATA_BYTES", 0)  # as if the weights passed 1 GiB
+    report = export.export_draft(pair.draft_dir, tmp_path / "ext", parity_steps=4, log=lambda _: None)
+    assert report.manifest.external_data, "no external-data file written"
+    (name, digest), = report.manifest.external_data.items()
+    assert export.sha256_file(tmp_path / "ext" / name) == digest
+    DraftModel(tmp_path / "ext").logits_for_context([1, 2])
+    data = tmp_path / "ext" / name
+    raw = bytearray(data.read_bytes())
+    raw[-5] ^= 0x10
+    data.write_bytes(bytes(raw))
+    with pytest.raises(DraftIntegrityError, match=name):
+        DraftModel(tmp_path / "ext")
