@@ -93,6 +93,13 @@ def test_int8_export_keeps_float_graph_on_request(pair, tmp_path):
     assert 0.0 <= report.manifest.parity["int8"]["greedy_agreement"] <= 1.0
     assert report.manifest.onnx_sha256 == export.sha256_file(tmp_path / "int8" / "model.onnx")
     DraftModel(tmp_path / "int8").logits_for_context([1, 2, 3])
+    jsonschema = pytest.importorskip("jsonschema")
+    import json
+
+    from helpers import REPO
+
+    schema = json.loads((REPO / "docs" / "manifest.schema.json").read_text())
+    jsonschema.validate(json.loads((tmp_path / "int8" / "manifest.json").read_text()), schema)
     plain = export.export_draft(pair.draft_dir, tmp_path / "int8-only", quantize="int8", parity_steps=4, log=lambda _: None)
     assert export.FLOAT_ONNX_FILE not in {p.name for p in plain.out_dir.iterdir()}
 
