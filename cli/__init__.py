@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("manage the verifier's API keys file", "cloud"),
     "generate": ("generate text: ONNX draft on this device, target in the cloud", "edge"),
     "device-server": ("an OpenAI-compatible HTTP server on the device, speculating with the cloud", "edge"),
+    "import-gguf": ("import a GGUF model (file or installed package) into a Hugging Face directory", "gguf"),
     "export-draft": ("export a Hugging Face causal LM to an ONNX draft", "cloud"),
     "distill": ("align a draft to a target by distillation", "cloud"),
     "evaluate": ("offline figures of a draft/target pair: losses, alpha, simulated acceptance", "cloud"),
@@ -32,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 # Packages that only some extras install: a missing one means the wrong extra, not a bug.
-OPTIONAL_DEPENDENCIES = {"torch", "transformers", "ray", "onnx", "onnxscript", "onnxruntime", "numpy", "tokenizers", "safetensors", "grpc_health", "yaml", "tqdm", "matplotlib"}
+OPTIONAL_DEPENDENCIES = {"torch", "transformers", "ray", "onnx", "onnxscript", "onnxruntime", "numpy", "tokenizers", "safetensors", "grpc_health", "yaml", "tqdm", "matplotlib", "gguf", "accelerate"}
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls", action="store_true", help="connect to the verifier with TLS")
     parser.add_argument("--ca-cert", type=Path, default=None, help="PEM CA of the verifier's certificate")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the draft")
+    parser.add_argument("--execution-provider", action="append", dest="providers", default=None, metavar="NAME",
+                        help="ONNX Runtime execution provider for the draft, e.g. CoreMLExecutionProvider; repeat for a "
+                             "priority list (default: CPUExecutionProvider); an unavailable one is refused naming the available")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for any one reply from the verifier")
 
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         client = EdgeClient(args.server, args.draft, api_key=args.api_key, tls=args.tls, ca_cert=args.ca_cert,
-                            draft_threads=args.threads, timeout=args.timeout)
+                            draft_threads=args.threads, providers=args.providers, timeout=args.timeout)
         server = DeviceServer((args.host, args.port), client, args.draft, model_name=args.model_name)
     except (EdgespecError, OSError, ValueError) as exc:
         print(f"edgespec device-server: {exc}", file=sys.stderr)

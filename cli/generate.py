@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sampling: the temperature the draft samples its q at, a number or 'auto' (docs/sampling.md)")
     parser.add_argument("--cloud-only", action="store_true", help="generate with the target alone (Generate RPC)")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the draft")
+    parser.add_argument("--execution-provider", action="append", dest="providers", default=None, metavar="NAME",
+                        help="ONNX Runtime execution provider for the draft, e.g. CoreMLExecutionProvider; repeat for a "
+                             "priority list (default: CPUExecutionProvider); an unavailable one is refused naming the available")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for any one reply")
     parser.add_argument("--api-key", default=None, help="the verifier's API key (default: $EDGESPEC_API_KEY)")
     parser.add_argument("--tls", action="store_true", help="connect with TLS (the system's roots, or --ca-cert)")
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     try:
-        with EdgeClient(args.server, args.draft, timeout=args.timeout, draft_threads=args.threads, api_key=args.api_key,
+        with EdgeClient(args.server, args.draft, timeout=args.timeout, draft_threads=args.threads, providers=args.providers, api_key=args.api_key,
                         tls=args.tls or args.ca_cert is not None, ca_cert=args.ca_cert) as client:
             if args.cloud_only:
                 result = client.generate_cloud(prompt, **params)

@@ -127,6 +127,7 @@ class AsyncEdgeClient:
         credentials: grpc.ChannelCredentials | None = None,
         channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
         draft_threads: int = 1,
+        providers: Sequence[str] | None = None,
     ):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
@@ -135,7 +136,7 @@ class AsyncEdgeClient:
         self.server = server
         self.timeout, self.max_retries = timeout, max_retries
         credentials = credentials or channel_credentials(tls, ca_cert)
-        self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads)
+        self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads, providers=providers)
         options = list(channel_options)
         if credentials is None:
             connect = lambda: grpc.aio.insecure_channel(server, options=options)  # noqa: E731
@@ -235,7 +236,7 @@ class AsyncEdgeClient:
         prompt_ids = self.encode(prompt)
         gen = GenerationParams(**params)
         await self.info()
-        stop = self.draft.manifest.eos_token_ids if gen.stop_token_ids is None else gen.stop_token_ids
+        stop = self.draft.eos_token_ids if gen.stop_token_ids is None else gen.stop_token_ids
         run = CloudOnlyRun(
             self._stub, prompt_ids, gen.sampling, self.draft.manifest.tokenizer_fingerprint,
             max_new_tokens=gen.max_new_tokens, stop_token_ids=stop, timeout=self.timeout, max_retries=self.max_retries,
@@ -245,7 +246,7 @@ class AsyncEdgeClient:
         async for _ in run.chunks():
             pass
         run.stats.wall_s = loop.time() - started
-        text = self.draft.tokenizer.decode(run.generated, skip_special_tokens=False)
+        text = self.draft.tokenizer.decode(run.generated, skip_special_tokens=True)  # no <|im_end|> in any text
         return Result(text=text, token_ids=run.generated, prompt_ids=prompt_ids, finish_reason=run.finish_reason, stats=run.stats)
 
 

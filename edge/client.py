@@ -19,7 +19,8 @@ from edgespec.edge.types import Result, ServerInfo
 
 class EdgeClient:
     """Speculative generation against an edgespec server; see AsyncEdgeClient for the options
-    (timeout, max_retries, api_key, tls, ca_cert, credentials, draft_threads)."""
+    (timeout, max_retries, api_key, tls, ca_cert, credentials, draft_threads, providers: the draft's
+    ONNX Runtime execution providers, CPU by default)."""
 
     def __init__(self, server: str, draft: DraftModel | str | Path, **options: Any):
         self._loop = asyncio.new_event_loop()

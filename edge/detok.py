@@ -3,6 +3,10 @@
 A token can end in the middle of a UTF-8 character (byte-level BPE) or change how the text
 before it decodes (SentencePiece spaces), so each push decodes the generated ids and emits
 only the new, complete suffix; an incomplete character (U+FFFD at the end) waits for the next push.
+
+Special tokens (``<|im_end|>``, ``<|endoftext|>``, ``<end_of_turn>``: every added token the
+tokenizer marks special) never reach the text: a generation that ends at one has its id in
+``token_ids`` and nothing of it in the text, streamed or not.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ class IncrementalDecoder:
 
     def push(self, token_ids: list[int]) -> str:
         self.ids.extend(token_ids)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         if text.endswith(REPLACEMENT):
             return ""
         piece = text[self.emitted :]
@@ -28,11 +32,11 @@ class IncrementalDecoder:
         return piece
 
     def flush(self) -> str:
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         piece = text[self.emitted :]
         self.emitted = len(text)
         return piece
 
     @property
     def text(self) -> str:
-        return self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        return self.tokenizer.decode(self.ids, skip_special_tokens=True)

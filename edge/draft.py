@@ -39,7 +39,8 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from edgespec.edge.graph import empty_past, open_session, run_graph
+from edgespec.edge.eos import eos_token_ids
+from edgespec.edge.graph import empty_past, open_session, run_graph, verify_graph_files
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
@@ -102,6 +103,9 @@ class DraftModel:
     """An ONNX draft (a directory from ``edgespec export-draft``) that proposes tokens."""
 
     def __init__(self, model_dir: str | Path, *, threads: int = 1, providers: list[str] | None = None):
+        """``providers``: ONNX Runtime execution providers in priority order (default: CPU); one
+        this onnxruntime build lacks is refused with the available ones named. The graph is
+        checked against the manifest's sha256 first (``DraftIntegrityError``)."""
         if not isinstance(threads, int) or threads < 0:
             raise ValueError(f"threads must be an integer >= 0 (0 lets ONNX Runtime choose), got {threads!r}")
         self.model_dir = Path(model_dir)
@@ -116,6 +120,10 @@ class DraftModel:
                 f"draft was exported with {recorded}; re-export the draft"
             )
         self.vocab_size: int = self.manifest.vocab_size
+        # Every end token: the manifest's, and what the directory's own files declare (a draft
+        # exported before the full rule, edgespec.edge.eos, recorded fewer).
+        self._eos_token_ids = list(dict.fromkeys(self.manifest.eos_token_ids + eos_token_ids(self.model_dir, self.vocab_size)))
+        verify_graph_files(self.model_dir, self.manifest)
         self.session = self._open_session(threads, providers)
         self.stats = DraftStats()
         self.tokens: list[int] = []
@@ -132,6 +140,7 @@ class DraftModel:
         clone = object.__new__(DraftModel)
         clone.model_dir, clone.manifest, clone.tokenizer = self.model_dir, self.manifest, self.tokenizer
         clone.vocab_size, clone.session = self.vocab_size, self.session
+        clone._eos_token_ids = self._eos_token_ids
         clone.stats = DraftStats()
         clone.tokens, clone.cache_len, clone._past = [], 0, []
         clone.reset([])
@@ -154,7 +163,8 @@ class DraftModel:
 
     @property
     def eos_token_ids(self) -> list[int]:
-        return self.manifest.eos_token_ids
+        """The ids that end a generation (the default stop tokens)."""
+        return list(self._eos_token_ids)
 
     @property
     def draft_ms_per_token(self) -> float:

@@ -49,6 +49,11 @@ class TokenizerMismatchError(EdgespecError, ValueError):
         self.server_fingerprint = server_fingerprint
 
 
+class DraftIntegrityError(EdgespecError, ValueError):
+    """A draft's graph (or its external data) is not the file its manifest was written for:
+    corrupted, tampered with, or from another export. Re-export or re-download the draft."""
+
+
 class ServerError(EdgespecError):
     def __init__(self, code: grpc.StatusCode, details: str):
         super().__init__(f"{code.name}: {details}")

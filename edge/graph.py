@@ -8,12 +8,57 @@ and values [1, kv_heads, past, head_dim], an empty past (length 0) on the first 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from edgespec.edge.errors import DraftIntegrityError
 from edgespec.edge.manifest import DraftManifest
+
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_graph_files(model_dir: str | Path, manifest: DraftManifest) -> None:
+    """Raises ``DraftIntegrityError`` unless the graph and its external data hash as the manifest
+    records (manifests before format 3 record no hash: nothing to check)."""
+    model_dir = Path(model_dir)
+    expected = {manifest.onnx_file: manifest.onnx_sha256} if manifest.onnx_sha256 else {}
+    expected.update(manifest.external_data)
+    for name, digest in expected.items():
+        path = model_dir / name
+        if not path.is_file():
+            raise DraftIntegrityError(f"{path} is missing; the draft directory is incomplete: re-export or re-download it")
+        actual = sha256_file(path)
+        if actual != digest:
+            raise DraftIntegrityError(
+                f"{path} has sha256 {actual[:16]}..., but manifest.json records {digest[:16]}...: the graph was "
+                f"modified or comes from another export; re-export or re-download the draft"
+            )
+
+
+def check_providers(providers) -> list[str]:
+    """``providers`` (names, in priority order) if this onnxruntime build has them all; else a
+    ValueError naming the available ones. None: the CPU provider."""
+    if providers is None:
+        return list(DEFAULT_PROVIDERS)
+    if isinstance(providers, str):
+        providers = [providers]
+    names = [p[0] if isinstance(p, tuple) else p for p in providers]
+    available = ort.get_available_providers()
+    unknown = [name for name in names if name not in available]
+    if unknown or not names:
+        raise ValueError(f"execution provider(s) {unknown or names} not available in this onnxruntime; available: {', '.join(available)}")
+    return list(providers)
 
 
 def open_session(path: str | Path, *, threads: int = 1, providers: list[str] | None = None) -> ort.InferenceSession:
@@ -23,7 +68,7 @@ def open_session(path: str | Path, *, threads: int = 1, providers: list[str] | N
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=check_providers(providers))
 
 
 def empty_past(manifest: DraftManifest) -> list[np.ndarray]:

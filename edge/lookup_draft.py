@@ -37,6 +37,10 @@ class LookupDraft:
         self.config = config or LookupConfig()
         self.tokens: list[int] = []
 
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return self.model.eos_token_ids
+
     def fork(self) -> "LookupDraft":
         return LookupDraft(self.model, self.config)
 

@@ -15,6 +15,12 @@ describes the graph's contract, so the device never has to guess it from the ONN
   and output with its dtype and shape (symbolic dims ``n``, ``past``, ``past + n``), the KV layout,
   the position ids, the first call and the drafting loop (docs/manifest.schema.json is its JSON
   Schema). Format 1 manifests (no graph) are read and described the same way.
+- *integrity* (format 3): ``onnx_sha256`` (and ``external_data``: each external-data file's
+  sha256), checked by the device before it opens the graph; ``target``, the target the draft
+  was made for (name, tokenizer fingerprint); ``parity`` relative to the logits' scale and in
+  probabilities; ``quantization``; ``draft_vocab_size`` for a vocab-mapped draft (the graph
+  maps target ids in and logits out itself, so its interface is the usual one). Formats 1 and
+  2 load with these empty (no hash to check).
 
 The tokenizer fingerprint (see ``edgespec.edge.tokenizer``) ties the draft to the
 tokenizer it was trained with; the verifier refuses a session whose fingerprint differs.
@@ -28,9 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: before the graph section (it is derived on load)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # 1: before the graph section (it is derived on load); 2: before the graph's hash
 KV_DTYPES = ("float32", "float16")
+QUANTIZATIONS = ("", "int8")
 
 
 def past_input_names(num_layers: int) -> list[str]:
@@ -64,6 +71,13 @@ class DraftManifest:
     exporter: str = ""  # e.g. "torch.onnx dynamo, torch 2.13.0, transformers 5.24.0"
     format_version: int = FORMAT_VERSION
     graph: dict = field(default_factory=dict)  # format 2: the graph's contract, spelled out
+    # Format 3: integrity and provenance. Empty in manifests read from formats 1 and 2.
+    onnx_sha256: str = ""  # sha256 of onnx_file; the device refuses a graph that differs
+    external_data: dict = field(default_factory=dict)  # external-data file name -> sha256 (graphs over 2 GB)
+    target: dict = field(default_factory=dict)  # {"name", "tokenizer_fingerprint"} of the target it was made for
+    parity: dict = field(default_factory=dict)  # {"max_rel_diff", "max_prob_diff"[, "int8": {...}]}
+    quantization: str = ""  # "" (float weights) or "int8" (dynamic int8 weights)
+    draft_vocab_size: int = 0  # a vocab-mapped draft's own vocabulary inside the graph; 0: the graph's vocab_size
 
     def __post_init__(self) -> None:
         if self.format_version not in READABLE_VERSIONS:
@@ -102,6 +116,15 @@ class DraftManifest:
             raise ValueError(f"manifest eos_token_ids {bad} are outside the vocabulary [0, {self.vocab_size})")
         if not self.parity_max_abs_diff >= 0.0:  # NOTE: also rejects NaN
             raise ValueError(f"manifest parity_max_abs_diff must be >= 0, got {self.parity_max_abs_diff!r}")
+        if self.onnx_sha256 and (len(self.onnx_sha256) != 64 or any(c not in "0123456789abcdef" for c in self.onnx_sha256)):
+            raise ValueError(f"manifest onnx_sha256 must be 64 lowercase hex digits, got {self.onnx_sha256!r}")
+        for name in self.external_data:
+            if Path(name).name != name:
+                raise ValueError(f"manifest external_data names must be bare file names, got {name!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"manifest quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+        if not isinstance(self.draft_vocab_size, int) or not 0 <= self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(f"manifest draft_vocab_size must be in [0, vocab_size], got {self.draft_vocab_size!r}")
         described = self.describe_graph()
         if self.graph and self.graph != described:
             raise ValueError("manifest graph does not match its names, dims and kv_dtype (edited by hand?); re-export the draft")

@@ -12,7 +12,7 @@ Endpoints (JSON; errors as ``{"error": {"message", "type", "param", "code"}}`` w
   output), ``top_p``, ``stop`` (a string or up to 4), ``seed``, ``stream`` (server-sent events,
   ending ``data: [DONE]``), ``n`` = 1 only;
 - ``POST /v1/chat/completions``: ``messages`` rendered with the tokenizer's chat template
-  (``chat_template`` in the draft's ``tokenizer_config.json``; needs ``jinja2``); a draft
+  (``chat_template.jinja`` or ``chat_template`` in the draft's ``tokenizer_config.json``; needs ``jinja2``); a draft
   without one answers 400.
 
 Sampling uses exact verification (the target's distribution); greedy is lossless token for
@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
+from edgespec.edge.eos import chat_template_of
 from edgespec.edge.errors import EdgespecError, InvalidRequestError
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -126,13 +127,8 @@ class StopMatcher:
 
 
 def chat_template(draft_dir: Path) -> str | None:
-    config = Path(draft_dir) / "tokenizer_config.json"
-    if not config.is_file():
-        return None
-    template = json.loads(config.read_text()).get("chat_template")
-    if isinstance(template, list):  # named templates: the default one
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-    return template if isinstance(template, str) and template else None
+    """The draft's chat template: ``chat_template.jinja`` or ``tokenizer_config.json``'s (edgespec.edge.eos)."""
+    return chat_template_of(draft_dir)
 
 
 def render_chat(template: str, messages: Any) -> str:
@@ -283,7 +279,7 @@ class Handler(BaseHTTPRequestHandler):
         if chat:
             if self.server.template is None:
                 raise RequestError(
-                    f"the model's tokenizer has no chat template ({self.server.draft_dir / 'tokenizer_config.json'}): "
+                    f"the model's tokenizer has no chat template ({self.server.draft_dir / 'chat_template.jinja'} or tokenizer_config.json): "
                     "use /v1/completions with a prompt", "messages")
             return render_chat(self.server.template, body.get("messages"))
         prompt = body.get("prompt")

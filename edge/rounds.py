@@ -113,7 +113,7 @@ class SpeculativeRun:
         # Lossless in every mode: exact sends the (point-mass or mixed) q the lookup drew from.
         self.lookup = LookupConfig() if params.lookup else None
         stop = params.stop_token_ids
-        self.stop_token_ids = list(draft.manifest.eos_token_ids if stop is None else stop)
+        self.stop_token_ids = list(draft.eos_token_ids if stop is None else stop)
         # The draft can see at most this many positions; past it the cloud finishes alone.
         self.max_context = info.max_context if params.lookup == "only" else min(info.max_context, draft.manifest.max_positions)
         self._last_verdict_at = 0.0

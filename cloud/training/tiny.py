@@ -204,3 +204,26 @@ def build_tiny_family(out_dir: str | Path, model_type: str, *, seed: int = 0, vo
     model.save_pretrained(str(out))
     save_tokenizer(tokenizer, out)
     return out
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json")
+
+
+def build_tiny_draft_for(target_dir: str | Path, out_dir: str | Path, *, seed: int = 0, max_positions: int = 4096) -> Path:
+    """A one-layer random Llama over ``target_dir``'s tokenizer (its files copied over): a draft
+    that shares the target's vocabulary but not its knowledge, for exercising a real target's
+    serving path (rejections galore) before a trained draft exists."""
+    import json
+    import shutil
+
+    target_dir, out = Path(target_dir), Path(out_dir)
+    config = json.loads((target_dir / "config.json").read_text())
+    vocab_size = (config.get("text_config") or config)["vocab_size"]
+    draft_config = tiny_llama_config(vocab_size, layers=1, hidden=32, max_positions=max_positions)
+    draft_config.tie_word_embeddings = True
+    torch.manual_seed(seed)
+    LlamaForCausalLM(draft_config).save_pretrained(str(out))
+    for name in TOKENIZER_FILES:
+        if (target_dir / name).is_file():
+            shutil.copyfile(target_dir / name, out / name)
+    return out

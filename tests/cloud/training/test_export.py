@@ -61,7 +61,11 @@ def test_export_reports_parity_and_writes_a_complete_directory(exported, name):
     src, report = exported[name]
     assert report.parity.greedy_match and report.parity.max_abs_diff <= TOLERANCE
     assert report.parity.steps >= 20
-    assert sorted(p.name for p in report.out_dir.iterdir()) == ["manifest.json", "model.onnx", "tokenizer.json"]
+    side = [n for n in export.TOKENIZER_SIDE_FILES if (src / n).is_file()]
+    assert "generation_config.json" in side and "tokenizer_config.json" in side
+    assert sorted(p.name for p in report.out_dir.iterdir()) == sorted(["manifest.json", "model.onnx", "tokenizer.json", *side])
+    for name in side:  # carried as they are: chat template, special tokens, end tokens
+        assert (report.out_dir / name).read_bytes() == (src / name).read_bytes()
     assert not [p for p in report.out_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left
     manifest = DraftManifest.load(report.out_dir)
     assert manifest == report.manifest
@@ -71,6 +75,9 @@ def test_export_reports_parity_and_writes_a_complete_directory(exported, name):
     assert manifest.head_dim == 16 and manifest.eos_token_ids == [0]
     assert manifest.tokenizer_fingerprint == fingerprint(load_tokenizer(src))
     assert manifest.parity_max_abs_diff == report.parity.max_abs_diff
+    assert 0 <= report.parity.max_rel_diff <= TOLERANCE and 0 <= report.parity.max_prob_diff <= 1e-3
+    assert manifest.parity == {"max_rel_diff": report.parity.max_rel_diff, "max_prob_diff": report.parity.max_prob_diff}
+    assert manifest.onnx_sha256 == export.sha256_file(report.out_dir / "model.onnx") and manifest.external_data == {}
 
 
 @pytest.mark.slow
@@ -145,7 +152,7 @@ def test_existing_output_needs_overwrite(exported, tmp_path):
         export.export_draft(src, out, exporter="legacy", log=lambda _: None)
     report = export.export_draft(src, out, exporter="legacy", overwrite=True, parity_steps=20, log=lambda _: None)
     assert report.parity.greedy_match
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.onnx", "tokenizer.json"]
+    assert {"manifest.json", "model.onnx", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     assert [p.name for p in tmp_path.iterdir()] == ["draft"]
 
 
