@@ -120,9 +120,9 @@ def stage_draft(config: MakeDraftConfig) -> None:
                          unknown=unknown, target_vocab_size=len(tokenizer))
     covered = sum(c for t, c in counts.items() if t in set(vocab.draft_to_target)) / sum(counts.values())
     out = build_draft(config.target, vocab, list(config.layers), config.out / "draft-init")
-    (out / "vocab_stats.json").write_text(json.dumps({"vocab_size": vocab.size, "coverage_of_training_text": covered,
+    (out / "vocab_stats.json").write_text(json.dumps({"vocab_size": vocab.draft_vocab_size, "coverage_of_training_text": covered,
                                                       "distinct_tokens_seen": len(counts)}))
-    _log(f"draft: {vocab.size} tokens cover {covered:.4f} of the training text; layers {list(config.layers)} -> {out}")
+    _log(f"draft: {vocab.draft_vocab_size} tokens cover {covered:.4f} of the training text; layers {list(config.layers)} -> {out}")
 
 
 def stage_text(config: MakeDraftConfig) -> Path:

@@ -30,7 +30,7 @@ def _readouts(path: Path) -> list[dict]:
 
 def ship_real_pair(config) -> dict:
     from edgespec.cloud.training.target_replies import chunks, load_replies
-    from edgespec.cloud.training.vocab_draft import DRAFT_VOCAB_FILE
+    from edgespec.cloud.training.draft_vocab import DRAFT_VOCAB_FILE
 
     ship, out = config.ship, config.out
     ship.mkdir(parents=True, exist_ok=True)

@@ -155,12 +155,13 @@ def time_peers(target: Path, draft: Path, prompts: list, demo: DemoConfig, edges
     import tempfile
 
     from edgespec.cloud.bench.peers import measure_peers, peers_dict
-    from edgespec.cloud.training.vocab_draft import DraftVocab, expand_to_target_vocab
+    from edgespec.cloud.training.draft_vocab import load_draft_vocab
+    from edgespec.cloud.training.vocab_draft import expand_to_target_vocab
 
     draft_hf = draft.parent / "draft-hf"
     print(f"\n      transformers in this process, same prompts ({len(prompts)}), {demo.max_new_tokens} tokens each:", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
-        if DraftVocab.load(draft_hf) is not None:
+        if load_draft_vocab(draft_hf) is not None:
             draft_hf = expand_to_target_vocab(draft_hf, Path(scratch) / "draft-full")
         arms = measure_peers(target, draft_hf if (draft_hf / "config.json").is_file() else None, prompts,
                              demo.max_new_tokens, progress=lambda m: None)

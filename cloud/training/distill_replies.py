@@ -41,7 +41,7 @@ from edgespec.cloud.training.loop import (
     train_loop,
 )
 from edgespec.cloud.training.target_replies import load_replies
-from edgespec.cloud.training.vocab_draft import DRAFT_VOCAB_FILE, DraftVocab
+from edgespec.cloud.training.draft_vocab import DRAFT_VOCAB_FILE, DraftVocab, load_draft_vocab
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def distill_on_replies(config: RepliesDistillConfig) -> dict:
     resume = checkpoint_exists(checkpoint)
     source = checkpoint if resume else config.draft
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True).train()
-    vocab = DraftVocab.load(config.draft)
+    vocab = load_draft_vocab(config.draft)
     examples = load_examples(config.replies, vocab)
     random.Random(config.seed).shuffle(examples)
     if len(examples) < 2:
