@@ -108,8 +108,10 @@ class VerifierDeployment:
         limits = self.verifier.limits
         set_message_cap(self.config.message_cap(limits.max_context))
         self.model = ModelThread()
-        self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=self.config.max_kv_bytes,
-                                   kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token)
+        info = self.verifier.backend.info
+        self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=info.kv_pool_bytes,
+                                   kv_bytes_per_token=info.kv_bytes_per_token, page_tokens=info.kv_page_tokens,
+                                   round_tokens=self.config.round_tokens)
         self.metrics = VerifierMetrics()
         self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
         self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone
