@@ -65,6 +65,9 @@ class VerifierConfig:
             Python code never holds the replica's GIL while drafts arrive and a crashed engine
             fails the replica's health check. Off by default: on 2 shared CPU cores the extra
             process cost ~13% of verify throughput at 16 sessions (scripts/bench_verify.py).
+        profile_cpu: keep a ledger of the replica's CPU per verify message by phase (decode,
+            validation, scheduling, encode, ...; ``cpu_ledger.py``), read by ``edgespec bench
+            overhead``. Off by default (two clock reads per phase when on).
     """
 
     model: str
@@ -81,6 +84,7 @@ class VerifierConfig:
     device: str = "auto"
     session_idle_timeout_s: float = 60.0
     engine_process: bool = False
+    profile_cpu: bool = False
     max_tree_tokens: int = 32
     first_message_timeout_s: float = 10.0
     api_keys_file: str = ""

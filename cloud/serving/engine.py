@@ -130,6 +130,7 @@ class TargetEngine:
                            dtype=self.dtype, device=self.device)
         self.paged = PagedAttention(self.pool, self.model)
         self.last_step: Step | None = None
+        self.forward_cpu_ns = 0  # this thread's CPU inside packed forwards (bench overhead reads it)
         self.mask_per_type = getattr(model_config, "layer_types", None) is not None  # the padded path's masks
         # The batch path: "paged" (packed, in place), "padded" (families whose attention bypasses
         # the attention interface, padded.py) or "single" (one session per forward).
@@ -266,6 +267,7 @@ class TargetEngine:
             ids.extend(tokens)
             positions.extend(row_positions)
         step = Step(torch.cat(writes).to(self.device), plans, self.sliding_layers)
+        started = time.thread_time_ns()
         with self.paged.active(step):
             out = self.model(
                 input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
@@ -273,6 +275,7 @@ class TargetEngine:
                 use_cache=False,
                 logits_to_keep=0 if need_logits else 1,
             )
+        self.forward_cpu_ns += time.thread_time_ns() - started
         if len(step.layers_seen) != len(self.layer_types):
             raise RuntimeError(f"the model ran the paged attention in {len(step.layers_seen)} of {len(self.layer_types)} layers")
         self.last_step = step
