@@ -119,7 +119,7 @@ class LocalBackend:
             self.engine.trim(self.caches[row.key], row.cache_len)
         with _exhaustion_refused():
             logits = self.engine.forward([(self.caches[row.key], row.tokens) for row in rows], [row.tree for row in rows])
-        outcomes = accept_rows(rows, logits)
+        outcomes = accept_rows(rows, logits, self.engine.last_logits)
         for row, outcome in zip(rows, outcomes):
             if outcome.path is not None:  # a tree: keep the pending token and the accepted path only
                 self.engine.keep_path(self.caches[row.key], row.cache_len, [0] + [1 + i for i in outcome.path])

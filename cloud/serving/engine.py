@@ -49,7 +49,7 @@ from edgespec.cloud.serving.config import DEFAULT_MAX_CONTEXT, VerifierConfig
 from edgespec.cloud.serving.kv_pool import PAGE_TOKENS, KVPool, PagedKV
 from edgespec.cloud.serving.trees import tree_ancestors, tree_depths
 from edgespec.cloud.serving.padded import forward_padded, padded_matches_alone
-from edgespec.cloud.serving.paged_attention import PagedAttention, RowPlan, Step, row_masks
+from edgespec.cloud.serving.paged_attention import PagedAttention, RowPlan, Step, chain_masks, row_masks
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ class TargetEngine:
                            dtype=self.dtype, device=self.device)
         self.paged = PagedAttention(self.pool, self.model)
         self.last_step: Step | None = None
+        self.last_logits: torch.Tensor | None = None  # the last forward's logits, packed [sum n_b, V] (None: not packed)
         self.forward_cpu_ns = 0  # this thread's CPU inside packed forwards (bench overhead reads it)
         self.mask_per_type = getattr(model_config, "layer_types", None) is not None  # the padded path's masks
         # The batch path: "paged" (packed, in place), "padded" (families whose attention bypasses
@@ -191,6 +192,7 @@ class TargetEngine:
         Each row's cache grows by its n_b tokens; the caller trims it afterwards.
         """
         trees = trees or [None] * len(rows)
+        self.last_logits = None
         if self.path == "paged":
             return self._forward_packed(rows, trees)
         if self.path == "padded" and (len(rows) > 1 or trees[0] is not None):
@@ -259,9 +261,13 @@ class TargetEngine:
         for (kv, tokens), tree in zip(rows, trees):
             length, n = kv.length, len(tokens)
             kv.reserve(length + n)
-            row_positions = [length + depth for depth in tree_depths(tree, n)]
-            full, sliding = row_masks(length, row_positions, tree_ancestors(tree, n), self.window if self.sliding_layers else None,
-                                      self.device)
+            window = self.window if self.sliding_layers else None
+            if tree is None:
+                row_positions = list(range(length, length + n))
+                full, sliding = chain_masks(length, n, window, self.device)
+            else:
+                row_positions = [length + depth for depth in tree_depths(tree, n)]
+                full, sliding = row_masks(length, row_positions, tree_ancestors(tree, n), window, self.device)
             plans.append(RowPlan(len(ids), len(ids) + n, kv.slots(0, length + n), full, sliding))
             writes.append(kv.host_slots(length, length + n))
             ids.extend(tokens)
@@ -284,6 +290,7 @@ class TargetEngine:
         if not need_logits:
             return None
         logits = out.logits[0].float().cpu()
+        self.last_logits = logits
         return [logits[plan.start : plan.end] for plan in plans]
 
     def _packed_matches_plain(self) -> bool:

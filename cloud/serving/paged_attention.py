@@ -83,6 +83,16 @@ def row_masks(length: int, positions: list[int], ancestors: list[list[int]], win
     return (None if full is None else full.to(device)), sliding
 
 
+def chain_masks(length: int, n: int, window: int | None, device):
+    """``row_masks`` of a chain (new token i at position length + i), built on the device in one
+    op: key j is visible to query i when j <= length + i (and, sliding, length + i - j < window)."""
+    full = None if n == 1 else torch.ones(n, length + n, dtype=torch.bool, device=device).tril_(length)
+    if window is None or length + n <= window:
+        return full, full
+    base = full if full is not None else torch.ones(n, length + n, dtype=torch.bool, device=device)
+    return full, base.triu(length - window + 1)
+
+
 class PagedAttention:
     """The attention function bound to one pool, and the switch that turns it on."""
 
