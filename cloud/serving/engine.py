@@ -212,8 +212,8 @@ class TargetEngine:
                 layer.values = layer.values.index_select(2, index)
             kv.length = start + len(path)
             return
-        source = kv.slots(0, kv.length)[torch.tensor([start + i for i in path], dtype=torch.long, device=self.device)]
-        target = kv.slots(start, start + len(path))
+        source = kv.slots(0, kv.length)[[start + i for i in path]].to(self.device)
+        target = kv.slots(start, start + len(path)).to(self.device)
         for keys, values in zip(self.pool.keys, self.pool.values):
             if keys is not None:  # only the accepted nodes move (index_select reads before the write)
                 keys.index_copy_(1, target, keys.index_select(1, source))
@@ -257,22 +257,30 @@ class TargetEngine:
         """One forward over every row's new tokens, packed (see paged_attention.py)."""
         ids: list[int] = []
         positions: list[int] = []
-        writes, plans = [], []
+        reads, writes, masks = [], [], []
         for (kv, tokens), tree in zip(rows, trees):
             length, n = kv.length, len(tokens)
             kv.reserve(length + n)
             window = self.window if self.sliding_layers else None
             if tree is None:
-                row_positions = list(range(length, length + n))
-                full, sliding = chain_masks(length, n, window, self.device)
+                positions.extend(range(length, length + n))
+                masks.append(chain_masks(length, n, window, self.device))
             else:
                 row_positions = [length + depth for depth in tree_depths(tree, n)]
-                full, sliding = row_masks(length, row_positions, tree_ancestors(tree, n), window, self.device)
-            plans.append(RowPlan(len(ids), len(ids) + n, kv.slots(0, length + n), full, sliding))
-            writes.append(kv.host_slots(length, length + n))
+                positions.extend(row_positions)
+                masks.append(row_masks(length, row_positions, tree_ancestors(tree, n), window, self.device))
+            reads.append(kv.slots(0, length + n))
+            writes.append(reads[-1][length:])
             ids.extend(tokens)
-            positions.extend(row_positions)
+        # One transfer each for every row's slots; a row's RowPlan holds a view of its own.
+        read_slots = torch.cat(reads).to(self.device)
+        plans, start, offset = [], 0, 0
+        for (_, tokens), row_reads, (full, sliding) in zip(rows, reads, masks):
+            count = row_reads.numel()
+            plans.append(RowPlan(start, start + len(tokens), read_slots[offset : offset + count], full, sliding))
+            start, offset = start + len(tokens), offset + count
         step = Step(torch.cat(writes).to(self.device), plans, self.sliding_layers)
+        step.gathered_bytes = offset * self.kv_bytes_per_token()
         started = time.thread_time_ns()
         with self.paged.active(step):
             out = self.model(

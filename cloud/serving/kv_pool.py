@@ -85,8 +85,7 @@ class PagedKV:
         self.pool = pool
         self.pages: list[int] = []
         self.length = 0
-        self._slots = torch.empty(0, dtype=torch.long)
-        self._slots_device: torch.Tensor | None = None
+        self._slots: torch.Tensor | None = None  # slot of every position the pages cover (rebuilt when they change)
         self._finalizer = weakref.finalize(self, pool.release, self.pages)
 
     def reserve(self, tokens: int) -> None:
@@ -94,19 +93,13 @@ class PagedKV:
         need = -(-tokens // self.pool.page_tokens) - len(self.pages)
         if need > 0:
             self.pages.extend(self.pool.allocate(need))
-            self._slots_device = None
+            self._slots = None
 
     def slots(self, start: int, end: int) -> torch.Tensor:
-        """Pool slots of positions [start, end) (on the pool's device); pages must be reserved."""
-        if self._slots_device is None or self._slots_device.numel() < len(self.pages) * self.pool.page_tokens:
+        """Pool slots of positions [start, end) (a CPU tensor); the pages must be reserved."""
+        if self._slots is None:
             pages = torch.tensor(self.pages, dtype=torch.long)
-            offsets = torch.arange(self.pool.page_tokens)
-            self._slots = (pages[:, None] * self.pool.page_tokens + offsets).flatten()
-            self._slots_device = self._slots.to(self.pool.device)
-        return self._slots_device[start:end]
-
-    def host_slots(self, start: int, end: int) -> torch.Tensor:
-        self.slots(0, 0)
+            self._slots = (pages[:, None] * self.pool.page_tokens + torch.arange(self.pool.page_tokens)).flatten()
         return self._slots[start:end]
 
     def truncate(self, length: int) -> None:
@@ -117,7 +110,7 @@ class PagedKV:
             freed = self.pages[keep:]
             del self.pages[keep:]
             self.pool.release(freed)
-            self._slots_device = None
+            self._slots = None
 
     def release(self) -> None:
         self.truncate(0)

@@ -55,7 +55,7 @@ class Step:
     rows: list[RowPlan]
     sliding_layers: frozenset[int]
     layers_seen: set[int] = field(default_factory=set)
-    gathered_bytes: int = 0
+    gathered_bytes: int = 0  # keys and values the rows read by slot per forward, all layers
 
 
 def row_masks(length: int, positions: list[int], ancestors: list[list[int]], window: int | None, device):
@@ -137,7 +137,6 @@ class PagedAttention:
         for row in step.rows:
             row_keys = keys.index_select(1, row.slots)[None]  # [1, H_kv, L_b + n_b, D]
             row_values = values.index_select(1, row.slots)[None]
-            step.gathered_bytes += (row_keys.numel() + row_values.numel()) * row_keys.element_size()
             mask = row.sliding_mask if sliding else row.full_mask
             outputs.append(_attention(query[:, :, row.start : row.end], row_keys, row_values, mask, scale, softcap, groups))
         out = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]

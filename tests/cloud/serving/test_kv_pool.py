@@ -31,7 +31,7 @@ def test_sessions_never_share_a_page_and_rollback_frees_whole_pages():
     a.reserve(9)  # 3 pages
     b.reserve(5)  # 2 pages
     assert not set(a.pages) & set(b.pages) and pool.free_pages == 1
-    assert set(a.host_slots(0, 9).tolist()).isdisjoint(b.host_slots(0, 5).tolist())
+    assert set(a.slots(0, 9).tolist()).isdisjoint(b.slots(0, 5).tolist())
     a.length = 9
     a.truncate(5)  # positions 0..4: two pages kept
     assert len(a.pages) == 2 and pool.free_pages == 2
