@@ -267,10 +267,14 @@ def accept_rows(rows: list[Row], logits: list[torch.Tensor], packed: torch.Tenso
 def greedy_rows(rows: list[Row], packed: torch.Tensor) -> list[Outcome]:
     """Greedy verification of a packed batch (see ``accept_rows``): the rule of ``verify_greedy``
     and ``verify_greedy_tree`` on the argmax ids as Python ints."""
-    # NOTE: argmax over NaN picks the NaN: refuse the batch (the verifier retries its rows alone).
-    if not bool(torch.isfinite(packed).all()):
+    # NOTE: a row's max is NaN when any of its logits is NaN (max propagates NaN) and inf when one
+    # is +inf: checking the T maxima finds every logit that could decide a greedy verdict, for a
+    # fraction of a full isfinite pass. A -inf logit (a token ruled out) decides nothing here.
+    # Refused batches are retried row by row (Verifier.step), where the full check runs.
+    best, ids = packed.max(dim=-1)
+    if not bool(torch.isfinite(best).all()):
         raise NonFiniteLogits("the target produced NaN or inf logits in this batch")
-    ids = packed.argmax(dim=-1).tolist()
+    ids = ids.tolist()
     out: list[Outcome] = []
     start = 0
     for row in rows:
