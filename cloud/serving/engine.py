@@ -90,6 +90,21 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+def _to_device(masks: list[tuple], device: torch.device) -> list[tuple]:
+    """Every row's (full, sliding) host masks moved in one transfer; the same tensor stays shared."""
+    if device.type == "cpu":
+        return masks
+    unique = {id(m): m for pair in masks for m in pair if m is not None}
+    if not unique:
+        return masks
+    flat = torch.cat([m.flatten() for m in unique.values()]).to(device)
+    moved, offset = {}, 0
+    for key, mask in unique.items():
+        moved[key] = flat[offset : offset + mask.numel()].view(mask.shape)
+        offset += mask.numel()
+    return [tuple(None if m is None else moved[id(m)] for m in pair) for pair in masks]
+
+
 class TargetEngine:
     """Loads the target and runs prefills and batched verification forwards."""
 
@@ -264,22 +279,22 @@ class TargetEngine:
             window = self.window if self.sliding_layers else None
             if tree is None:
                 positions.extend(range(length, length + n))
-                masks.append(chain_masks(length, n, window, self.device))
+                masks.append(chain_masks(length, n, window, "cpu"))
             else:
                 row_positions = [length + depth for depth in tree_depths(tree, n)]
                 positions.extend(row_positions)
-                masks.append(row_masks(length, row_positions, tree_ancestors(tree, n), window, self.device))
+                masks.append(row_masks(length, row_positions, tree_ancestors(tree, n), window, "cpu"))
             reads.append(kv.slots(0, length + n))
             writes.append(reads[-1][length:])
             ids.extend(tokens)
-        # One transfer each for every row's slots; a row's RowPlan holds a view of its own.
-        read_slots = torch.cat(reads).to(self.device)
+        # One transfer each for every row's slots and for every mask; a row's plan holds views.
+        masks = _to_device(masks, self.device)
         plans, start, offset = [], 0, 0
         for (_, tokens), row_reads, (full, sliding) in zip(rows, reads, masks):
             count = row_reads.numel()
-            plans.append(RowPlan(start, start + len(tokens), read_slots[offset : offset + count], full, sliding))
+            plans.append(RowPlan(start, start + len(tokens), offset, offset + count, full, sliding))
             start, offset = start + len(tokens), offset + count
-        step = Step(torch.cat(writes).to(self.device), plans, self.sliding_layers)
+        step = Step(torch.cat(writes).to(self.device), torch.cat(reads).to(self.device), plans, self.sliding_layers)
         step.gathered_bytes = offset * self.kv_bytes_per_token()
         started = time.thread_time_ns()
         with self.paged.active(step):

@@ -6,14 +6,15 @@ keys and values for those T tokens as usual (rotary embeddings included); this m
 attention function, registered with transformers' ``AttentionInterface``, then per layer
 
 1. writes the T new keys and values into their pool slots (``index_copy_``: only new tokens);
-2. for each row b, reads the row's own L_b + n_b keys from the pool by slot index and runs
-   attention for its n_b queries against them with the row's mask (causal for a chain, the
-   ancestors for a tree, the window on sliding layers).
+2. reads every row's own L_b + n_b keys from the pool by slot index (one ``index_select`` for
+   all rows) and, for each row b, runs attention for its n_b queries against its own keys with
+   the row's mask (causal for a chain, the ancestors for a tree, the window on sliding layers).
 
 So no row attends over another row's keys or over padding, and nothing of a session's cache
 is ever copied into a batch structure and back. Step 2's ``index_select`` reads the row's keys
 into a transient tensor (a paged-attention kernel does that read in registers; plain torch
-cannot): ``Step.gathered_bytes`` counts it.
+cannot): ``Step.gathered_bytes`` counts it. Row masks are built on the host and sent to the
+device in one transfer per forward.
 
 The function is registered under a name unique to the engine and switched on for the length
 of one forward only (``PagedAttention.active``): any other call of the model (``generate()``,
@@ -42,7 +43,8 @@ class RowPlan:
 
     start: int
     end: int
-    slots: torch.Tensor  # [L_b + n_b] pool slots, on the device
+    key_start: int  # the row's keys are [key_start, key_end) of the step's read_slots
+    key_end: int
     full_mask: torch.Tensor | None  # [n_b, L_b + n_b] bool (True: visible); None: every key visible
     sliding_mask: torch.Tensor | None  # the same narrowed to the window (sliding layers)
 
@@ -52,6 +54,7 @@ class Step:
     """One packed forward: where the new tokens go and what each row sees."""
 
     write_slots: torch.Tensor  # [T] the new tokens' slots
+    read_slots: torch.Tensor  # [sum (L_b + n_b)] every row's key slots, row after row
     rows: list[RowPlan]
     sliding_layers: frozenset[int]
     layers_seen: set[int] = field(default_factory=set)
@@ -133,10 +136,12 @@ class PagedAttention:
         scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
         sliding = layer in step.sliding_layers
         groups = query.shape[1] // key.shape[1]
+        # One read of every row's keys and values (two kernels per layer, not two per row).
+        all_keys, all_values = keys.index_select(1, step.read_slots), values.index_select(1, step.read_slots)
         outputs = []
         for row in step.rows:
-            row_keys = keys.index_select(1, row.slots)[None]  # [1, H_kv, L_b + n_b, D]
-            row_values = values.index_select(1, row.slots)[None]
+            row_keys = all_keys[None, :, row.key_start : row.key_end]  # [1, H_kv, L_b + n_b, D]
+            row_values = all_values[None, :, row.key_start : row.key_end]
             mask = row.sliding_mask if sliding else row.full_mask
             outputs.append(_attention(query[:, :, row.start : row.end], row_keys, row_values, mask, scale, softcap, groups))
         out = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]

@@ -69,7 +69,9 @@ def test_mixed_context_lengths_and_a_tree_equal_each_row_alone(engine):
     trees = [[-1, 0, 0, 1, 2], None, None, None]
     kvs = [session(engine, c) for c in contexts]
     batched = engine.forward(list(zip(kvs, news)), trees)
-    assert engine.last_step.rows[0].slots.numel() == 200 + 5  # a row reads its own keys, no padding
+    first = engine.last_step.rows[0]
+    assert first.key_end - first.key_start == 200 + 5  # a row reads its own keys, no padding
+    assert engine.last_step.read_slots.numel() == sum(len(c) + len(n) for c, n in zip(contexts, news))
     for context, new, tree, logits in zip(contexts[1:], news[1:], trees[1:], batched[1:]):
         (alone,) = engine.forward([(session(engine, context), new)])
         torch.testing.assert_close(logits, alone, atol=1e-4, rtol=1e-4)
@@ -131,3 +133,15 @@ def test_pool_exhaustion_is_resource_exhausted_and_every_page_comes_back(tiny_pa
     backend.open(3, list(range(5, 40)))
     backend.shutdown()  # a draining replica frees everything
     assert pool.free_pages == total
+
+
+def test_row_masks_travel_to_the_device_in_one_piece_and_stay_shared():
+    from edgespec.cloud.serving.engine import _to_device
+    from edgespec.cloud.serving.paged_attention import chain_masks
+
+    masks = [chain_masks(5, 3, None, "cpu"), chain_masks(9, 1, None, "cpu"), chain_masks(20, 4, 8, "cpu")]
+    moved = _to_device(masks, torch.device("meta"))
+    assert moved[0][0] is moved[0][1] and moved[1] == (None, None)  # shared stays shared, None stays None
+    for (full, sliding), (host_full, host_sliding) in zip(moved[::2], masks[::2]):
+        assert full.device.type == "meta" and full.shape == host_full.shape and sliding.shape == host_sliding.shape
+    assert _to_device(masks, torch.device("cpu")) is masks
