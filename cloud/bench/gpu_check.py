@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -53,18 +54,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def random_llama(out: Path, tokenizer_from: Path, layers: int, hidden: int) -> Path:
-    """A random Llama of ``layers`` x ``hidden`` built on the GPU in bf16 (the demo tokenizer)."""
+def random_llama(out: Path, tokenizer_from: Path, layers: int, hidden: int, device: str = "cuda") -> Path:
+    """A random Llama of ``layers`` x ``hidden`` built on ``device`` in bf16 (the demo tokenizer)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    vocab = len(__import__("json").loads((tokenizer_from / "tokenizer.json").read_text())["model"]["vocab"])
+    vocab = int(json.loads((tokenizer_from / "config.json").read_text())["vocab_size"])  # the demo target's
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=int(hidden * 2.75), num_hidden_layers=layers,
                          num_attention_heads=hidden // 64, num_key_value_heads=max(1, hidden // 256), head_dim=64,
                          max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
                          pad_token_id=0)
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(device):
         model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
     with torch.no_grad():  # NOTE: peaked logits keep bf16 argmax ties rare (the check counts the rest)
         model.lm_head.weight.normal_(0.0, 0.35)
@@ -74,7 +75,8 @@ def random_llama(out: Path, tokenizer_from: Path, layers: int, hidden: int) -> P
             shutil.copy(tokenizer_from / name, out / name)
     params = sum(p.numel() for p in model.parameters())
     del model
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     print(f"random Llama: {layers} layers x {hidden} wide, {params / 1e9:.2f}B parameters, vocab {vocab}", flush=True)
     return out
 
@@ -151,6 +153,8 @@ async def check_target(name: str, path: Path, address: str, args) -> int:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.SpeculativeStub(channel)
         info = await stub.Info(pb.InfoRequest(), timeout=60)
+        if info.model_id != path.name:
+            raise RuntimeError(f"{address} serves {info.model_id!r}, not {path.name!r}")
         rng = random.Random(1)
         prompts = [[rng.randrange(1, info.vocab_size) for _ in range(rng.randrange(8, 200))] for _ in range(args.prompts)]
         model, refs = references(path, prompts, args.new_tokens, args.device)
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from edgespec.cloud.bench.harness import free_port
-    from edgespec.cloud.serving.app import init_ray, serve_verifier
+    from edgespec.cloud.serving.app import APP_NAME, init_ray, serve_verifier
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
     started = time.perf_counter()
@@ -222,23 +226,25 @@ def main(argv: list[str] | None = None) -> int:
     targets = [("demo", args.demo_target)]
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
     if not args.skip_random:
-        targets.append(("llama-1b", random_llama(work / "llama-1b", args.demo_target, args.layers, args.hidden)))
+        targets.append(("llama-1b", random_llama(work / "llama-1b", args.demo_target, args.layers, args.hidden, args.device)))
     init_ray(num_cpus=min(8, os.cpu_count() or 1) if args.device == "cuda" else 2, log_to_driver=False)
     from ray import serve  # after init_ray: the ingress is chosen before Ray is imported
     largest = max(int(n) for n in args.sessions.split(","))
+    http_port = free_port()
     failures = 0
+    port = free_port()  # one Serve, one gRPC port: each target replaces the last as the same app
     try:
         for name, path in targets:
             config = VerifierConfig(model=str(path), device=args.device, max_sessions=largest + args.prompts, max_batch_size=largest,
                                     max_new_tokens=100_000, batch_wait_timeout_s=0.002, max_context=min(2048, _limit(path)))
-            port = free_port()
-            address = serve_verifier(config, DeploymentOptions(num_gpus=1 if args.device == "cuda" else 0, num_cpus=1 if args.device == "cuda" else 0.5,
-                                                                graceful_shutdown_timeout_s=1.0),
-                                     grpc_port=port, http_port=free_port(), timeout_s=300)
+            options = DeploymentOptions(num_gpus=1 if args.device == "cuda" else 0, num_cpus=1 if args.device == "cuda" else 0.5,
+                                        graceful_shutdown_timeout_s=1.0)
+            address = serve_verifier(config, options, grpc_port=port, http_port=http_port, timeout_s=300)
             print(f"{name}: serving {path} at {address} ({args.device}, dtype auto)", flush=True)
             failures += asyncio.run(check_target(name, path, address, args))
-            serve.shutdown()
+            serve.delete(APP_NAME)
     finally:
+        serve.shutdown()
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"gpu_check: {'FAILED' if failures else 'passed'} in {time.perf_counter() - started:.0f}s")
