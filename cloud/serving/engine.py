@@ -164,6 +164,9 @@ class TargetEngine:
                             "one at a time", config.model_id)
             else:
                 log.warning("model %s: its attention cannot read the KV pool: padded batches", config.model_id)
+        if self.path != "paged":  # the check's pool tensors are not needed: give the memory back
+            self.pool.keys = [None] * len(self.pool.keys)
+            self.pool.values = [None] * len(self.pool.values)
         self.can_batch = self.path != "single"
 
     def _pool_pages(self) -> int:
