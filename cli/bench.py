@@ -9,6 +9,7 @@
     edgespec bench kill --target DIR --draft DIR --max-new-tokens 300
     edgespec bench device-server --target DIR --draft DIR --prompts FILE
     edgespec bench spread --target DIR --draft DIR --prompts FILE --replicas 2 --sessions 16
+    edgespec bench overhead --sessions 64 [--rounds 60]
     edgespec bench sampling --target DIR --draft DIR --prompts FILE --held-out FILE --temperatures 0.3,0.6,0.8,1.0,1.2
 
 Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
@@ -27,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "simcheck", "ingress", "load", "kill", "device-server", "sampling", "spread"),
+    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "simcheck", "ingress", "load", "kill", "device-server", "sampling", "spread",
+                                 "overhead"),
                         help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network "
                              "profile; simcheck: only the fleet simulator against the link emulator (its calibration, "
                              "then 1 and N sessions per profile; minutes); ingress: Serve's gRPC ingresses side by side; "
@@ -35,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "checked, latency and memory before/during/after; kill: a replica SIGKILLed under a "
                              "generating device; device-server: the OpenAI-compatible device server against the SDK; "
                              "sampling: exact sampling before/after per temperature, and lookup-only vs model + lookup vs "
-                             "model-only drafts; spread: sessions per replica and batch sizes with --replicas")
+                             "model-only drafts; spread: sessions per replica and batch sizes with --replicas; overhead: "
+                             "the replica's CPU per verify message by phase (a featherweight target, --sessions N)")
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
     parser.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
@@ -69,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if args.what == "overhead":  # its own target: no draft, no prompts
+        from edgespec.cloud.bench.overhead import run_overhead
+
+        sessions = max(int(n) for n in args.sessions.split(","))
+        rounds = args.rounds if args.rounds != 200 else 60
+        return run_overhead(sessions=sessions, rounds=rounds, k=int(args.k), work=args.out or REPO / "runs" / "bench-overhead",
+                            progress=lambda message: print(message, flush=True))
     try:
         from edgespec.cloud.bench.harness import load_prompts
 

@@ -6,7 +6,11 @@
     scheduler    gathers the sessions waiting for a verdict into one batch when the model is free
     verifier     one batch: rows -> backend -> settle stop/length/context limits
     backend      where the target runs (this process, or an engine child process)
-    engine       the target model: per-session KV caches, one padded forward per batch
+    engine       the target model: sessions in the KV pool, one packed forward per batch
+    kv_pool      the preallocated KV pool, its pages and each session's page table
+    paged_attention  attention over the pool: packed rows, read in place, no padding
+    padded       the padded batch kept for families whose attention bypasses the interface (Falcon)
+    trees        a tree draft's depths and ancestors
     accept       the accept rule, the target distribution p and the batch adapter (pure)
     metrics      Prometheus metrics through Ray Serve
     config       VerifierConfig and DeploymentOptions

@@ -233,12 +233,18 @@ class NonFiniteLogits(ValueError):
     """The target produced NaN or inf logits for a row: no verdict can be drawn from them."""
 
 
-def accept_rows(rows: list[Row], logits: list[torch.Tensor]) -> list[Outcome]:
+def accept_rows(rows: list[Row], logits: list[torch.Tensor], packed: torch.Tensor | None = None) -> list[Outcome]:
     """logits[i]: [len(rows[i].tokens), V]. Returns each row's Outcome, in order.
+
+    ``packed`` [sum n_i, V]: the same logits, the rows one after the other (what a packed forward
+    returns). With it a batch of greedy rows takes one argmax and one finiteness check for the
+    whole batch, then compares ints (``greedy_rows``); the result is the same.
 
     Raises NonFiniteLogits when a row's logits are not all finite (the verifier then verifies
     the batch's sessions one by one, so that only that session fails).
     """
+    if packed is not None and all(row.mode is Mode.GREEDY for row in rows):
+        return greedy_rows(rows, packed)
     for row, row_logits in zip(rows, logits):
         # NOTE: argmax over NaN picks the NaN; softmax of an inf is NaN: refuse, do not guess.
         if not bool(torch.isfinite(row_logits).all()):
@@ -255,6 +261,35 @@ def accept_rows(rows: list[Row], logits: list[torch.Tensor]) -> list[Outcome]:
             results = _accept(mode, [rows[i] for i in group], [logits[i] for i in group])
             for i, (accepted, token) in zip(group, results):
                 out[i] = Outcome(accepted, token)
+    return out
+
+
+def greedy_rows(rows: list[Row], packed: torch.Tensor) -> list[Outcome]:
+    """Greedy verification of a packed batch (see ``accept_rows``): the rule of ``verify_greedy``
+    and ``verify_greedy_tree`` on the argmax ids as Python ints."""
+    # NOTE: a row's max is NaN when any of its logits is NaN (max propagates NaN) and inf when one
+    # is +inf: checking the T maxima finds every logit that could decide a greedy verdict, for a
+    # fraction of a full isfinite pass. A -inf logit (a token ruled out) decides nothing here.
+    # Refused batches are retried row by row (Verifier.step), where the full check runs.
+    best, ids = packed.max(dim=-1)
+    if not bool(torch.isfinite(best).all()):
+        raise NonFiniteLogits("the target produced NaN or inf logits in this batch")
+    ids = ids.tolist()
+    out: list[Outcome] = []
+    start = 0
+    for row in rows:
+        target = ids[start : start + len(row.tokens)]  # argmax after the pending token, then after each draft
+        start += len(row.tokens)
+        if row.parents is not None:
+            path, token = verify_greedy_tree(row.drafts, row.parents, target)
+            out.append(Outcome(len(path), token, path))
+            continue
+        accepted = 0
+        for draft, best in zip(row.drafts, target):
+            if draft != best:
+                break
+            accepted += 1
+        out.append(Outcome(accepted, target[accepted]))
     return out
 
 

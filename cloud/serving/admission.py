@@ -1,7 +1,9 @@
 """Admission: whether the replica takes one more session, counted in sessions, KV bytes and keys.
 
 A session holds one of ``max_sessions`` slots and reserves, at Open, the KV cache its whole
-generation may need: (prompt + max_new_tokens, at most the max context) x KV bytes per token.
+generation may need: (prompt + max_new_tokens, at most the max context, + the most new tokens
+one round feeds) rounded up to whole pages of the KV pool (``kv_pool.py``) x KV bytes per
+token. The budget is the pool's size, so an admitted session never finds the pool empty.
 The replica refuses (RESOURCE_EXHAUSTED) a session that would pass either budget, and one over
 its API key's quota (``auth.Quotas``), before any model work. Everything taken is given back by
 ``release``, whatever way the session ends.
@@ -17,15 +19,18 @@ from edgespec.edge.errors import status_error
 
 
 class Admission:
-    def __init__(self, *, max_sessions: int, max_kv_bytes: int, kv_bytes_per_token: int):
+    def __init__(self, *, max_sessions: int, max_kv_bytes: int, kv_bytes_per_token: int, page_tokens: int = 1,
+                 round_tokens: int = 0):
         self.max_sessions, self.max_kv_bytes, self.kv_bytes_per_token = max_sessions, max_kv_bytes, kv_bytes_per_token
+        self.page_tokens, self.round_tokens = page_tokens, round_tokens
         self.active = 0
         self.reserved_bytes = 0
         self.quotas = Quotas()
 
     def reservation(self, state: SessionState) -> int:
-        tokens = min(len(state.committed) + state.max_new_tokens, state.limits.max_context)
-        return tokens * self.kv_bytes_per_token
+        tokens = min(len(state.committed) + state.max_new_tokens, state.limits.max_context) + self.round_tokens
+        pages = -(-tokens // self.page_tokens)
+        return pages * self.page_tokens * self.kv_bytes_per_token
 
     def acquire(self, state: SessionState, key: ApiKey | None) -> None:
         """Takes a slot, the session's KV reservation and its key's share; raises RESOURCE_EXHAUSTED."""

@@ -11,8 +11,9 @@ forwards (see scheduler.py).
 
 Per verification, each session contributes a ``Row``. Its cache is first trimmed to
 ``cache_len`` (the committed tokens before the pending one: rejected drafts of the previous
-round fall off here), then the row's tokens (pending token + drafts) are fed in one padded
-forward with the other rows, and the accept rule returns (accepted, next token).
+round fall off here and their pages return to the pool), then the row's tokens (pending token +
+drafts) are fed in one packed forward with the other rows, and the accept rule returns
+(accepted, next token). A pool with no page left answers RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ import sys
 import threading
 from dataclasses import dataclass
 
+import grpc
+
 from edgespec.cloud.serving.accept import Outcome, Row, accept_rows
 from edgespec.cloud.serving.config import VerifierConfig
+from edgespec.cloud.serving.kv_pool import PoolExhausted
+from edgespec.edge.errors import ServerError, status_error
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,9 @@ class BackendInfo:
     params: int
     kv_bytes_per_token: int
     description: dict
-    can_verify_trees: bool = False  # standard cache layers: trees (and padded batches) work
+    can_verify_trees: bool = False  # the packed path serves it: trees (and batches) work
+    kv_page_tokens: int = 1  # the KV pool's page: a session holds whole pages
+    kv_pool_bytes: int = 0  # the KV pool's size (the admission budget)
 
 
 class BackendError(RuntimeError):
@@ -76,43 +83,64 @@ class LocalBackend:
             kv_bytes_per_token=engine.kv_bytes_per_token(),
             description=engine.describe(),
             can_verify_trees=engine.can_batch,
+            kv_page_tokens=engine.page_tokens if engine.path == "paged" else 1,
+            kv_pool_bytes=min(config.max_kv_bytes, engine.pool.num_pages * engine.page_tokens * engine.kv_bytes_per_token())
+            if engine.path == "paged" else config.max_kv_bytes,
         )
 
     def open(self, key: int, prefix: list[int]) -> None:
         kv = self.engine.new_kv()
-        self.engine.prefill(kv, prefix)
         self.caches[key] = kv
+        with _exhaustion_refused():
+            self.engine.prefill(kv, prefix)
 
     def extend(self, key: int, tokens: list[int]) -> None:
         """Feeds ``tokens`` into an open session's cache (one prefill chunk)."""
         if key not in self.caches:
             raise BackendError(f"no cache for session {key}: it was closed or never opened")
-        self.engine.prefill(self.caches[key], tokens)
+        with _exhaustion_refused():
+            self.engine.prefill(self.caches[key], tokens)
 
     def close(self, key: int) -> None:
         kv = self.caches.pop(key, None)
         if kv is None:
             return
         self._freed += kv.nbytes()
+        self.engine.release(kv)  # its pages go back to the pool
         if self._freed >= TRIM_AFTER_BYTES or not self.caches:
             release_free_memory()
             self._freed = 0
 
     def verify(self, rows: list[Row]) -> list[Outcome]:
-        """One padded forward over every row, then the accept rule per mode."""
+        """One packed forward over every row, then the accept rule per mode."""
         for row in rows:
             if row.key not in self.caches:
                 raise BackendError(f"no cache for session {row.key}: it was closed or never opened")
             self.engine.trim(self.caches[row.key], row.cache_len)
-        logits = self.engine.forward([(self.caches[row.key], row.tokens) for row in rows], [row.tree for row in rows])
-        outcomes = accept_rows(rows, logits)
+        with _exhaustion_refused():
+            logits = self.engine.forward([(self.caches[row.key], row.tokens) for row in rows], [row.tree for row in rows])
+        outcomes = accept_rows(rows, logits, self.engine.last_logits)
         for row, outcome in zip(rows, outcomes):
             if outcome.path is not None:  # a tree: keep the pending token and the accepted path only
                 self.engine.keep_path(self.caches[row.key], row.cache_len, [0] + [1 + i for i in outcome.path])
         return outcomes
 
     def shutdown(self) -> None:
+        for kv in self.caches.values():
+            self.engine.release(kv)
         self.caches.clear()
+
+
+class _exhaustion_refused:
+    """A full KV pool is the caller's RESOURCE_EXHAUSTED, not an internal error."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, PoolExhausted):
+            raise status_error(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (retry after 1s)") from None
+        return False
 
 
 # ---- the child process ------------------------------------------------------------------
@@ -152,6 +180,8 @@ def worker_main() -> None:
             return
         try:
             _write(replies, ("ok", getattr(backend, op)(*args)))
+        except ServerError as exc:  # keeps its status code across the pipe
+            _write(replies, ("status", (exc.code.name, exc.details)))
         except Exception as exc:
             _write(replies, ("error", f"{op} failed: {exc!r}"))
 
@@ -194,6 +224,8 @@ class ProcessBackend:
             except (BrokenPipeError, OSError) as exc:
                 raise BackendError(f"the engine process died: {exc}") from None
             status, payload = self._reply()
+        if status == "status":
+            raise status_error(getattr(grpc.StatusCode, payload[0]), payload[1])
         if status != "ok":
             raise BackendError(payload)
         return payload

@@ -14,7 +14,7 @@ from typing import Any
 
 from edgespec.edge.settings import build_config
 
-DTYPES = ("float32", "float16", "bfloat16", "float64")
+DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class VerifierConfig:
             when every open session is in). 0 batches only what queued during the previous
             forward; a few ms lets sessions that are a round trip away join (see scheduler.py).
         torch_threads: intra-op threads for the target (pin to 1 when sharing cores).
-        dtype: weights and activations dtype; float32 on CPU, bfloat16/float16 on GPU.
+        dtype: weights, activations and KV pool dtype; "auto" (the default) is bfloat16 on a
+            GPU and float32 on the CPU; an explicit name is used as given.
         device: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
         session_idle_timeout_s: a session that sends nothing for this long is closed
             (DEADLINE_EXCEEDED) and its KV cache freed.
@@ -51,9 +52,10 @@ class VerifierConfig:
         allow_unauthenticated: without keys the verifier answers callers on its own machine only (a
             replica's own port, 40000-41000 with the HAProxy ingress, listens on every
             interface); True serves any caller without a key.
-        max_kv_bytes: KV cache the replica may hand out, in bytes: each session reserves
-            (prompt + its max_new_tokens, within max_context) x kv bytes per token at Open, and
-            a session that would pass the budget is refused RESOURCE_EXHAUSTED.
+        max_kv_bytes: KV cache the replica may hand out, in bytes: the size of its KV pool
+            (``kv_pool.py``; at most what max_sessions full-context sessions need). Each session
+            reserves the pages of (prompt + its max_new_tokens, within max_context, + one round's
+            drafts) at Open, and a session that would pass the budget is refused RESOURCE_EXHAUSTED.
         max_q_entries: most entries of one draft distribution q (exact mode's sparse q).
         model_stuck_s: the health check fails (and Serve restarts the replica) when one model
             job has run this long.
@@ -63,6 +65,9 @@ class VerifierConfig:
             Python code never holds the replica's GIL while drafts arrive and a crashed engine
             fails the replica's health check. Off by default: on 2 shared CPU cores the extra
             process cost ~13% of verify throughput at 16 sessions (scripts/bench_verify.py).
+        profile_cpu: keep a ledger of the replica's CPU per verify message by phase (decode,
+            validation, scheduling, encode, ...; ``cpu_ledger.py``), read by ``edgespec bench
+            overhead``. Off by default (two clock reads per phase when on).
     """
 
     model: str
@@ -75,10 +80,11 @@ class VerifierConfig:
     max_batch_size: int = 32
     batch_wait_timeout_s: float = 0.005
     torch_threads: int = 1
-    dtype: str = "float32"
+    dtype: str = "auto"
     device: str = "auto"
     session_idle_timeout_s: float = 60.0
     engine_process: bool = False
+    profile_cpu: bool = False
     max_tree_tokens: int = 32
     first_message_timeout_s: float = 10.0
     api_keys_file: str = ""
@@ -126,6 +132,11 @@ class VerifierConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def round_tokens(self) -> int:
+        """The most new tokens one round feeds the target: the pending token and a chain or tree."""
+        return 1 + max(self.max_k, self.max_tree_tokens)
 
     def message_cap(self, max_context: int) -> int:
         """The largest request a client needs to send, in bytes (varints of at most 5 bytes, a

@@ -38,6 +38,7 @@ from ray import serve
 
 from edgespec.cloud.serving import codec
 from edgespec.cloud.serving.admission import Admission
+from edgespec.cloud.serving.cpu_ledger import CpuLedger
 from edgespec.cloud.serving.auth import ApiKey, KeyRing, is_loopback_peer
 from edgespec.cloud.serving.drain import DrainWatch, draining_error, is_draining_error
 from edgespec.cloud.serving.steptime import StepTime
@@ -108,17 +109,21 @@ class VerifierDeployment:
         limits = self.verifier.limits
         set_message_cap(self.config.message_cap(limits.max_context))
         self.model = ModelThread()
-        self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=self.config.max_kv_bytes,
-                                   kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token)
+        info = self.verifier.backend.info
+        self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=info.kv_pool_bytes,
+                                   kv_bytes_per_token=info.kv_bytes_per_token, page_tokens=info.kv_page_tokens,
+                                   round_tokens=self.config.round_tokens)
         self.metrics = VerifierMetrics()
         self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
         self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone
+        self.ledger = CpuLedger(self.config.profile_cpu)
         self.batches = BatchScheduler(
-            lambda items: self.model.run(self.verifier.step, items),
+            lambda items: self.model.run(self._step, items),
             max_batch_size=self.config.max_batch_size,
             wait_s=self.config.batch_wait_timeout_s,
             expected=lambda: self.admission.active,
             on_batch=self._on_batch,
+            ledger=self.ledger,
         )
         self.drain = DrainWatch()
         self.replica_id = _replica_id()
@@ -137,8 +142,10 @@ class VerifierDeployment:
                 request = await self._next_message(requests, first=session is None)
                 if request is None:
                     break
+                started = self.ledger.clock()
                 request = _checked(request, "SessionRequest")
                 kind = request.WhichOneof("kind")
+                self.ledger.add("decode", started)
                 if kind == "open":
                     if session is not None:
                         raise precondition("Open sent twice on one stream: open a new stream for a new session")
@@ -157,9 +164,13 @@ class VerifierDeployment:
                 elif kind == "draft":
                     if session is None:
                         raise precondition("Draft before Open: the first message of a session must be Open")
-                    response = codec.verdict_to_proto(await self._round(session, request.draft))
+                    verdict = await self._round(session, request.draft)
+                    started = self.ledger.clock()
+                    response = codec.verdict_to_proto(verdict)
                     moving = self._moving(response.verdict.finished or response.verdict.discarded, generate=False)
                     response.verdict.draining = moving
+                    self.ledger.add("encode", started)
+                    self.ledger.messages += 1
                     yield response
                     if moving:
                         raise draining_error()
@@ -180,19 +191,44 @@ class VerifierDeployment:
                 self._release(session)
 
     async def _round(self, session: SessionState, draft: pb.Draft):
+        ledger = self.ledger
+        started = ledger.clock()
         last = session.last_verdict
         tokens = list(draft.token_ids)
         if not draft.ahead and last is not None and draft.round == last.round_no and tokens == session.last_block.tokens:
             return last  # a retried round: same drafts, same (already committed) verdict
-        block = check_draft(session, int(draft.round), tokens, codec.draft_q(draft, self.config.max_q_entries),
-                            ahead=draft.ahead, assumed_token=int(draft.assumed_token), parents=list(draft.parents))
+        q, parents = codec.draft_q(draft, self.config.max_q_entries), list(draft.parents)
+        started = ledger.add("decode", started)
+        block = check_draft(session, int(draft.round), tokens, q, ahead=draft.ahead, assumed_token=int(draft.assumed_token),
+                            parents=parents)
         if block is None:  # sent ahead on an assumption that failed: no forward
             self.metrics.discarded_block()
             return discarded(int(draft.round))
         self.admission.quotas.check_tokens(session.key)
+        ledger.add("validation", started)
         verdict = await self.batches.submit(VerifyItem(session, block))
+        started = ledger.clock()
         self.admission.quotas.charge(session.key, verdict.emitted)
+        ledger.add("validation", started)
         return verdict
+
+    def _step(self, items):
+        """One batch on the model thread (``Verifier.step``), its CPU split into the forward and the rest."""
+        if not self.ledger.enabled:
+            return self.verifier.step(items)
+        engine = getattr(self.verifier.backend, "engine", None)
+        before = engine.forward_cpu_ns if engine is not None else 0
+        started = self.ledger.clock()
+        try:
+            return self.verifier.step(items)
+        finally:
+            forward = (engine.forward_cpu_ns if engine is not None else 0) - before
+            self.ledger.ns["forward"] += forward
+            self.ledger.add("bookkeeping", started + forward)
+
+    def cpu_stats(self) -> dict:
+        """The replica's CPU ledger (``cpu_ledger.py``): read through a Serve handle by ``bench overhead``."""
+        return self.ledger.snapshot()
 
     async def _next_message(self, requests: AsyncIterator[pb.SessionRequest], *, first: bool) -> pb.SessionRequest | None:
         timeout = self.config.first_message_timeout_s if first else self.config.session_idle_timeout_s

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, Generic, TypeVar
 
+from edgespec.cloud.serving.cpu_ledger import CpuLedger
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -36,12 +38,14 @@ class BatchScheduler(Generic[Item, Result]):
         wait_s: float,
         expected: Callable[[], int],
         on_batch: Callable[[list[Item], list[Result]], None] | None = None,
+        ledger: CpuLedger | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if wait_s < 0:
             raise ValueError(f"wait_s must be >= 0, got {wait_s}")
         self._run, self._expected, self._on_batch = run, expected, on_batch
+        self._ledger = ledger or CpuLedger(False)
         self.max_batch_size, self.wait_s = max_batch_size, wait_s
         self._queue: list[tuple[Item, asyncio.Future]] = []
         self._arrival: asyncio.Event | None = None
@@ -49,6 +53,7 @@ class BatchScheduler(Generic[Item, Result]):
 
     async def submit(self, item: Item) -> Result:
         """Queues ``item`` for the next batch and waits for its result."""
+        started = self._ledger.clock()
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done():
             self._arrival = asyncio.Event()
@@ -56,6 +61,7 @@ class BatchScheduler(Generic[Item, Result]):
         future = loop.create_future()
         self._queue.append((item, future))
         self._arrival.set()
+        self._ledger.add("scheduling", started)
         return await future
 
     async def _loop(self) -> None:
@@ -76,13 +82,16 @@ class BatchScheduler(Generic[Item, Result]):
                     await asyncio.wait_for(self._arrival.wait(), remaining)
                 except asyncio.TimeoutError:
                     break
+            started = self._ledger.clock()
             batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
             live = [(item, future) for item, future in batch if not future.cancelled()]
             if not live:
                 continue
             items = [item for item, _ in live]
+            self._ledger.add("scheduling", started)
             try:
                 results = await self._run(items)
+                started = self._ledger.clock()
                 if not isinstance(results, list) or len(results) != len(items):
                     got = len(results) if isinstance(results, list) else type(results).__name__
                     raise BatchSizeMismatch(f"a batch of {len(items)} item(s) returned {got} result(s)")
@@ -100,3 +109,4 @@ class BatchScheduler(Generic[Item, Result]):
                     future.set_exception(result)
                 else:
                     future.set_result(result)
+            self._ledger.add("scheduling", started)

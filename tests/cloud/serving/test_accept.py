@@ -11,6 +11,7 @@ from scipy.stats import chisquare
 
 from edgespec.cloud.serving.accept import (
     Row,
+    NonFiniteLogits,
     accept_rows,
     draw_from,
     round_generator,
@@ -380,3 +381,27 @@ def test_accept_rows_gives_a_tree_row_its_path():
     assert row.tree == [-1, 0, 0, 2, 2]
     (outcome,) = accept_rows([row], [logits])
     assert (outcome.accepted, outcome.next_token, outcome.path) == (2, 9, [1, 3])
+
+
+def test_a_packed_greedy_batch_gives_the_same_outcomes_as_the_tensor_rule():
+    """The batch-level greedy path (one argmax over the packed logits, ints compared in Python)
+    against verify_greedy / verify_greedy_tree row by row, on random logits with near-right drafts."""
+    gen = torch.Generator().manual_seed(11)
+    vocab = 5
+    rows, logits = [], []
+    for key in range(40):
+        k = int(torch.randint(1, 6, (1,), generator=gen))
+        row_logits = torch.randn(k + 1, vocab, generator=gen)
+        best = row_logits.argmax(-1).tolist()
+        drafts = [b if torch.rand(1, generator=gen) < 0.7 else (b + 1) % vocab for b in best[:k]]
+        rows.append(make_row(key, Mode.GREEDY, drafts))
+        logits.append(row_logits)
+    tree = Row(key=99, cache_len=0, tokens=[0, 1, 2, 3], mode=Mode.GREEDY, sampling=SamplingParams(), round_no=0, parents=[-1, -1, 0])
+    rows.append(tree)
+    logits.append(torch.randn(4, vocab, generator=gen))
+    expected = accept_rows(rows, logits)
+    assert accept_rows(rows, logits, torch.cat(logits)) == expected
+    bad = torch.cat(logits)
+    bad[3, 0] = float("nan")
+    with pytest.raises(NonFiniteLogits):
+        accept_rows(rows, logits, bad)

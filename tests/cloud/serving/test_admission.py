@@ -49,3 +49,9 @@ def test_a_key_quota_refusal_takes_nothing():
     with pytest.raises(ServerError, match="'a'"):
         admission.acquire(state(), key)
     assert admission.active == 1 and admission.reserved_bytes == 300
+
+
+def test_a_paged_reservation_is_whole_pages_and_one_rounds_drafts():
+    admission = Admission(max_sessions=4, max_kv_bytes=10_000, kv_bytes_per_token=10, page_tokens=16, round_tokens=5)
+    assert admission.reservation(state(10, 20)) == 3 * 16 * 10  # 35 tokens: 3 pages
+    assert admission.reservation(state(90, 80)) == 7 * 16 * 10  # 100 + 5 tokens: 7 pages

@@ -59,3 +59,13 @@ def test_cache_bytes_follow_the_cached_length(engine):
     kv = session(engine, list(range(10, 26)))
     assert kv.nbytes() == 16 * engine.kv_bytes_per_token()
     assert engine.can_batch and engine.max_context > 0 and engine.params > 0
+
+
+def test_dtype_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(engine):
+    from edgespec.cloud.serving.engine import resolve_dtype
+
+    assert engine.config.dtype == "auto" and engine.dtype == torch.float32 and engine.model.dtype == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("float16", torch.device("cuda")) == torch.float16
+    assert engine.path == "paged" and engine.describe()["batch_path"] == "paged"

@@ -31,6 +31,9 @@ PLAIN = ("llama", "qwen3", "gemma", "gpt2", "gpt_neox", "opt", "falcon", "codege
 # ALiBi (bloom) builds its bias from a 2D mask and refuses our 4D one: it is verified one session
 # at a time (the check at load finds out), still losslessly.
 UNBATCHED = {"bloom"}
+# Falcon computes its own attention (not through transformers' attention interface), so it cannot
+# read the KV pool: it keeps the padded batch (padded.py). Every other family takes the packed path.
+PADDED = {"falcon"}
 FAMILIES = {**{f"{name}-window": (name, extra) for name, extra in SLIDING.items()}, **{name: (name, {}) for name in PLAIN}}
 
 
@@ -40,6 +43,7 @@ def engine(request, tmp_path_factory):
     model_dir = build_tiny_family(tmp_path_factory.mktemp(request.param), family, **extra)
     engine = TargetEngine(VerifierConfig(model=str(model_dir), device="cpu"))
     assert engine.can_batch is (family not in UNBATCHED)
+    assert engine.path == ("single" if family in UNBATCHED else "padded" if family in PADDED else "paged")
     return engine
 
 
