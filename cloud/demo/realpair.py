@@ -168,8 +168,8 @@ def stage_export(config: MakeDraftConfig) -> None:
 
     source = config.out / "distill" / "final"
     for name, quantize in (("fp32", None), ("int8", "int8")):
-        kwargs = {"quantize": quantize} if quantize else {}
-        export_draft(source, config.out / "export" / name, overwrite=True, **kwargs)
+        export_draft(source, config.out / "export" / name, overwrite=True, quantize=quantize, target_dir=config.target,
+                     log=_log)
         _log(f"export: {name} -> {config.out / 'export' / name}")
 
 
