@@ -138,3 +138,29 @@ def test_loopback_peer_means_this_machine(monkeypatch, peer, local):
 
 def test_local_addresses_include_loopback():
     assert "127.0.0.1" in auth.local_addresses()
+
+
+@pytest.mark.parametrize("name, parse", [("keys.json", json.loads), ("keys.yaml", yaml.safe_load),
+                                         ("keys.yml", yaml.safe_load)])
+def test_the_keys_file_is_written_in_its_extensions_format_and_every_reader_reads_it(tmp_path, capsys, name, parse):
+    import argparse
+
+    from edgespec.cli import keys as keys_cli
+
+    path = tmp_path / name
+    parser = argparse.ArgumentParser()
+    keys_cli.add_arguments(parser)
+
+    def keys(*argv):
+        assert keys_cli.run(parser.parse_args([*argv, "--file", str(path)])) == 0
+        return capsys.readouterr()
+
+    first = keys("new", "--id", "a", "--max-sessions", "3").out.strip()
+    keys("new", "--id", "b", "--tokens-per-minute", "100")
+    assert [entry["id"] for entry in parse(path.read_text())["keys"]] == ["a", "b"]  # the format its name says
+    assert keys("list").out.splitlines() == ["a\tmax_sessions=3\ttokens_per_minute=0",
+                                             "b\tmax_sessions=0\ttokens_per_minute=100"]
+    ring = KeyRing(str(path))  # what the verifier reads
+    assert ring.lookup(first).key_id == "a" and ring.lookup(first).max_sessions == 3
+    keys("revoke", "--id", "b")
+    assert KeyRing(str(path)).count == 1 and keys("list").out.startswith("a\t")
