@@ -81,7 +81,7 @@ esac
     for arg in "$@"; do
       case "$arg" in
         --port=6379) arg="--port=$REHEARSAL_GCS_PORT";;
-        --address=*:6379) arg="--address=${arg%:6379}:$REHEARSAL_GCS_PORT";;
+        --address=*:6379) arg="${arg%:6379}:$REHEARSAL_GCS_PORT";;
         --object-manager-port=8076) arg="--object-manager-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])')";;
       esac
       args="$args $arg"
