@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file", type=Path, required=True, help="the keys file: .yaml/.yml is YAML, any other name JSON; created by `new`")
     parser.add_argument("--id", dest="key_id", help="the key's id (logs and metrics show it, never the key)")
     parser.add_argument("--max-sessions", type=int, default=0, help="new: concurrent sessions per replica (0 = no limit)")
-    parser.add_argument("--tokens-per-minute", type=int, default=0, help="new: tokens per minute per replica (0 = no limit)")
+    parser.add_argument("--tokens-per-minute", type=int, default=0, help="new: tokens per minute, across all replicas (0 = no limit)")
 
 
 def _read(path: Path) -> list[ApiKey]:

@@ -110,6 +110,11 @@ class VerifierDeployment:
         self.model = ModelThread()
         self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=self.config.max_kv_bytes,
                                    kv_bytes_per_token=self.verifier.backend.info.kv_bytes_per_token)
+        if self.keys.enabled:
+            from edgespec.cloud.serving.fleet_quota import FleetQuota
+
+            # tokens_per_minute across every replica (a shared actor), the per-replica count kept as the guard
+            self.admission.quotas.fleet = FleetQuota()
         self.metrics = VerifierMetrics()
         self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
         self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone
