@@ -137,14 +137,14 @@ def prepare_home(home: Path, dry: bool) -> dict[str, str]:
         subprocess.run([str(Path(sys.base_prefix) / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
     from edgespec.cloud.serving.haproxy_owner import HAProxyOwner
 
-    owner = HAProxyOwner.claim(root=home / "hap")
+    owner = HAProxyOwner.claim()  # the default root: the throwaway home is too long for HAProxy's socket paths
     env = {
         **os.environ, **owner.environment(),
         "HOME": str(home), "REHEARSAL_HOME": str(home), "REHEARSAL_VENV": str(venv),
         "PATH": f"{bin_dir}:{venv}/bin:{os.environ['PATH']}",
         "REHEARSAL_GCS_PORT": str(free_port()), "REHEARSAL_DASHBOARD_PORT": str(free_port()),
         "RAY_HEAD_IP": "127.0.0.1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-        "EDGESPEC_API_KEY": key, "REHEARSAL_CA": str(certs["ca"]),
+        "EDGESPEC_API_KEY": key, "REHEARSAL_CA": str(certs["ca"]), "REHEARSAL_HAPROXY_DIR": str(owner.directory),
     }
     env.pop("VIRTUAL_ENV", None)
     if dry:
@@ -173,7 +173,7 @@ def rehearsal_serve_yaml(home: Path) -> Path:
     return path
 
 
-def stop_everything(home: Path) -> None:
+def stop_everything(home: Path, haproxy_dir: str | None) -> None:
     """Ends what the rehearsal started (Ray processes under its temp dir, both HAProxies)."""
     import psutil
 
@@ -182,9 +182,10 @@ def stop_everything(home: Path) -> None:
     ours = [p for p in psutil.process_iter(["cmdline"]) if any(str(home) in a for a in (p.info["cmdline"] or []))
             and p.pid != os.getpid()]
     end_processes(ours)
-    for owner_dir in (home / "hap").glob("*"):
-        stop_haproxy(owner_dir, settle_s=0.3)
-    reap_orphans(home / "hap")
+    if haproxy_dir:
+        stop_haproxy(Path(haproxy_dir), settle_s=0.3)
+        shutil.rmtree(haproxy_dir, ignore_errors=True)
+    reap_orphans()
     pid_file = home / "haproxy-tls.pid"
     if pid_file.exists():
         try:
@@ -207,6 +208,7 @@ def main() -> int:
             return 2
     home = Path(tempfile.mkdtemp(prefix="esr", dir="/tmp"))  # short: HAProxy caps socket paths at 97 characters
     started = time.monotonic()
+    env: dict[str, str] = {}
     try:
         env = prepare_home(home, args.dry)
         commands = cluster_commands(home)
@@ -226,7 +228,7 @@ def main() -> int:
         print(json.dumps({"rehearsal": "ok", "seconds": round(time.monotonic() - started)}), flush=True)
         return 0
     finally:
-        stop_everything(home)
+        stop_everything(home, env.get("REHEARSAL_HAPROXY_DIR"))
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)
 

@@ -42,6 +42,7 @@ import psutil
 # ephemeral range (bind to port 0) starts at 32768. This range is none of them.
 PORT_RANGE = (20000, 29999)
 STATE_FILE = "owner.json"
+SOCKET_PATH_MAX = 97  # HAProxy refuses longer unix socket paths
 CONFIG_FILE = "haproxy.cfg"
 
 
@@ -176,6 +177,10 @@ class HAProxyOwner:
         if stats_port == metrics_port:
             raise ValueError(f"the HAProxy stats and metrics ports must differ (both {stats_port})")
         directory = root / secrets.token_hex(4)
+        longest = len(f"{directory}/{'0' * 56}/metrics.sock")  # Ray adds a 56-hex node id
+        if longest > SOCKET_PATH_MAX:
+            raise ValueError(f"HAProxy state directory {directory} is too long: its socket paths would be {longest} "
+                             f"characters, HAProxy takes {SOCKET_PATH_MAX} (set EDGESPEC_STATE_DIR to a shorter path)")
         directory.mkdir(mode=0o700)
         owner = cls(directory, stats_port, metrics_port, expose_stats)
         if not expose_stats:
