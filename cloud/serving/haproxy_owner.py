@@ -54,13 +54,17 @@ def state_root() -> Path:
     return Path(os.environ.get("EDGESPEC_STATE_DIR") or f"/tmp/esv-{os.getuid()}")
 
 
+_handed_out: set[int] = set()  # never the same port twice from one process (the first may not be bound yet)
+
+
 def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> int:
     """A port in ``PORT_RANGE`` nothing listens on now (bind-tested on ``host`` and all interfaces)."""
     low, high = PORT_RANGE
     start = low + (os.getpid() * 7919 + time.monotonic_ns()) % (high - low)  # spread concurrent callers
     for offset in range(high - low + 1):
         port = low + (start - low + offset) % (high - low + 1)
-        if port not in avoid and _bindable(port, host) and _bindable(port, "0.0.0.0"):
+        if port not in avoid and port not in _handed_out and _bindable(port, host) and _bindable(port, "0.0.0.0"):
+            _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {low}-{high}")
 
@@ -146,9 +150,11 @@ def reap_orphans(root: Path | None = None) -> list[dict]:
 
 
 def _wrapper_script(real_binary: str, ports: tuple[int, int]) -> str:
+    from edgespec.cloud.serving.tls import WRAPPER_MARK
+
     alternatives = "|".join(str(p) for p in ports)
     return f"""#!/bin/sh
-# Serve's HAProxy with its stats and metrics listeners on loopback (edgespec: haproxy_owner.py).
+# Serve's HAProxy with its stats and metrics listeners on loopback ({WRAPPER_MARK}).
 prev=""
 for arg in "$@"; do
   if [ "$prev" = "-f" ]; then sed -i -E 's/^( *bind )\\*?:({alternatives})$/\\1127.0.0.1:\\2/' "$arg"; fi
@@ -221,9 +227,13 @@ class HAProxyOwner:
         return pids
 
     def stop(self) -> int:
-        """Ends this owner's HAProxy (call after Ray is down, or the proxy actor respawns it)."""
+        """Ends this owner's HAProxy (call after Ray is down, or the proxy actor respawns it) and
+        takes its settings out of this process's environment."""
         ended = stop_haproxy(self.directory, settle_s=0.3)
         shutil.rmtree(self.directory, ignore_errors=True)
+        for name, value in self.environment().items():
+            if os.environ.get(name) == value:
+                del os.environ[name]
         return ended
 
     def _write_state(self, **extra) -> None:
