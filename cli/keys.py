@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 
 from edgespec.cloud.serving.auth import ApiKey, digest, new_key, parse_keys
-from edgespec.edge.settings import load_settings
+from edgespec.edge.settings import load_settings, settings_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("new", "list", "revoke"))
-    parser.add_argument("--file", type=Path, required=True, help="the keys file (YAML or JSON); created by `new`")
+    parser.add_argument("--file", type=Path, required=True, help="the keys file: .yaml/.yml is YAML, any other name JSON; created by `new`")
     parser.add_argument("--id", dest="key_id", help="the key's id (logs and metrics show it, never the key)")
     parser.add_argument("--max-sessions", type=int, default=0, help="new: concurrent sessions per replica (0 = no limit)")
-    parser.add_argument("--tokens-per-minute", type=int, default=0, help="new: tokens per minute per replica (0 = no limit)")
+    parser.add_argument("--tokens-per-minute", type=int, default=0, help="new: tokens per minute, across all replicas (0 = no limit)")
 
 
 def _read(path: Path) -> list[ApiKey]:
@@ -32,12 +32,11 @@ def _read(path: Path) -> list[ApiKey]:
 
 
 def _write(path: Path, keys: list[ApiKey]) -> None:
-    import yaml
-
+    """The file in the format its name says (.yaml/.yml YAML, else JSON), as every reader expects."""
     entries = [{"id": k.key_id, "sha256": k.sha256, "max_sessions": k.max_sessions, "tokens_per_minute": k.tokens_per_minute}
                for k in keys]
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump({"keys": entries}, sort_keys=False))
+    tmp.write_text(settings_text(path, {"keys": entries}))
     tmp.chmod(0o600)
     tmp.replace(path)  # atomic: a verifier re-reading it never sees half a file
 

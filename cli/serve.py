@@ -6,6 +6,12 @@ verifier, prints where devices connect, and serves until interrupted.
 Exposure: without API keys the gRPC listener binds loopback only; binding another interface
 needs keys (--api-keys) or --allow-unauthenticated. With --tls-cert/--tls-key an HAProxy
 terminates TLS on --host:--tls-port and the plaintext ingress stays on loopback.
+
+The server owns its ingress (cloud/serving/haproxy_owner.py): Serve's HAProxy gets its own
+files and stats/metrics ports (free ones unless --haproxy-stats-port/--haproxy-metrics-port;
+on loopback unless --expose-haproxy-stats), stops with the server on SIGTERM or Ctrl-C, and
+one left by a SIGKILLed server is ended when the next one starts. Two servers on one machine
+need only different --grpc-port values.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ from pathlib import Path
 
 import ray  # noqa: F401  (fail early, with the CLI's "install the cloud extra" hint)
 
-from edgespec.cloud.serving.app import DEFAULT_GRPC_PORT, init_ray, serve_verifier
+from edgespec.cloud.serving.app import DEFAULT_GRPC_PORT, init_ray, serve_config, serve_verifier, stop_serving
 from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig, model_max_context
-from edgespec.cloud.serving.ingress import DEFAULT_INGRESS, INGRESSES
+from edgespec.cloud.serving.haproxy_owner import HAProxyOwner, free_port
+from edgespec.cloud.serving.ingress import DEFAULT_INGRESS, INGRESSES, resolve_ingress
 from edgespec.edge.settings import load_settings
 
 # CLI flag -> VerifierConfig field, for the knobs worth a flag; --config sets any field.
@@ -54,7 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per replica (0 = CPU)")
     parser.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per replica")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT)
-    parser.add_argument("--http-port", type=int, default=8000, help="Serve's HTTP port (unused by edgespec)")
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="Serve's HTTP port (unused by edgespec; default: a free one outside Ray's port ranges)")
+    parser.add_argument("--haproxy-stats-port", type=int, default=None,
+                        help="HAProxy's stats page (local Ray, HAProxy ingress; default: a free port)")
+    parser.add_argument("--haproxy-metrics-port", type=int, default=None,
+                        help="HAProxy's Prometheus metrics (local Ray, HAProxy ingress; default: a free port)")
+    parser.add_argument("--expose-haproxy-stats", action="store_true",
+                        help="bind HAProxy's stats and metrics ports on all interfaces (default: loopback)")
     parser.add_argument("--ingress", choices=INGRESSES, default=DEFAULT_INGRESS,
                         help="Serve's gRPC ingress for a local Ray (default %(default)s; see cloud/serving/ingress.py)")
     parser.add_argument("--host", default=None,
@@ -69,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind in CONFIG_FLAGS.items():
         parser.add_argument(FLAG_NAMES.get(name, "--" + name.replace("_", "-")), dest=name, type=kind, default=None)
     parser.add_argument("--detach", action="store_true", help="return once deployed (the Ray cluster keeps serving)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the `serve deploy` config for these settings (like `serve build`) and exit: "
+                             "the verifier's settings under args, replicas/autoscaling/resources under deployments")
 
 
 def config_from_args(args: argparse.Namespace) -> VerifierConfig:
@@ -116,43 +133,83 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"edgespec serve: {exc}", file=sys.stderr)
         return 2
+    if args.print_config:
+        import yaml
+
+        text = serve_config(config, options, grpc_port=args.grpc_port, http_port=args.http_port or 8000, host=ingress_host)
+        print(yaml.safe_dump(text, sort_keys=False), end="")
+        return 0
     if not args.address and config.device in ("cuda", "auto") and args.num_gpus == 0:
         config = dataclasses.replace(config, device="cpu")
     # The transport refuses larger messages before anything parses them (read at Ray's start).
     os.environ.setdefault("RAY_SERVE_GRPC_MAX_MESSAGE_SIZE", str(config.message_cap(model_max_context(config))))
-    init_ray(args.address, ingress=args.ingress)
+    # From here on SIGTERM and Ctrl-C both end the server through the one path below.
+    stop = threading.Event()
+    stopping = _install_stop_handlers(stop)
+    haproxy = None
+    if not (args.address or os.environ.get("RAY_ADDRESS")) and resolve_ingress(args.ingress) == "haproxy":
+        haproxy = HAProxyOwner.claim(stats_port=args.haproxy_stats_port, metrics_port=args.haproxy_metrics_port,
+                                     expose_stats=args.expose_haproxy_stats)
     terminator = None
     try:
+        init_ray(args.address, ingress=args.ingress, haproxy=haproxy)
+        _install_stop_handlers(stop, stopping)  # again: Ray's start put its own (C++, stack-printing) SIGTERM handler in
         address = serve_verifier(
-            config, options, grpc_port=args.grpc_port, http_port=args.http_port, host=ingress_host,
-            timeout_s=args.timeout, progress=lambda message: print(message, flush=True),
+            config, options, grpc_port=args.grpc_port,
+            http_port=args.http_port if args.http_port is not None else free_port(),
+            host=ingress_host, timeout_s=args.timeout, progress=lambda message: print(message, flush=True),
         )
         if args.tls_cert:
             from edgespec.cloud.serving.tls import TlsTerminator
 
             terminator = TlsTerminator(args.tls_cert, args.tls_key, upstream=address, listen_port=args.tls_port,
                                        listen_host=host).start()
+        where = f"TLS on {host}:{args.tls_port} (plaintext ingress {address}, loopback)" if terminator else f"{host}:{args.grpc_port}"
+        auth = "API keys required" if config.api_keys_file or config.api_keys_env else "NO API keys: loopback only" \
+            if is_loopback(host) else "NO API keys (--allow-unauthenticated)"
+        if haproxy is not None:
+            pids = haproxy.record_running()
+            print(f"edgespec: HAProxy pid(s) {pids}: stats :{haproxy.stats_port}, metrics :{haproxy.metrics_port} "
+                  f"({'all interfaces' if haproxy.expose_stats else 'loopback'}); its files in {haproxy.directory}", flush=True)
+        print(f"edgespec: serving {config.model_id} on gRPC {where}; {auth} (Ctrl-C to stop)", flush=True)
+        if args.detach:
+            return 0
+        stop.wait()
+        return 0
+    except _Stopped:
+        return 0
     except (TimeoutError, RuntimeError, FileNotFoundError) as exc:
         print(f"edgespec serve: {exc}", file=sys.stderr)
         return 1
-    where = f"TLS on {host}:{args.tls_port} (plaintext ingress {address}, loopback)" if terminator else f"{host}:{args.grpc_port}"
-    auth = "API keys required" if config.api_keys_file or config.api_keys_env else "NO API keys: loopback only" if is_loopback(host) \
-        else "NO API keys (--allow-unauthenticated)"
-    print(f"edgespec: serving {config.model_id} on gRPC {where}; {auth} (Ctrl-C to stop)", flush=True)
-    if args.detach:
-        return 0
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    if terminator is not None:
-        terminator.stop()
-    from ray import serve
+    finally:
+        if not args.detach:
+            stopping.set()
+            if terminator is not None:
+                terminator.stop()
+            stop_serving()
+            print("edgespec: stopped", flush=True)
 
-    serve.shutdown()
-    return 0
+
+class _Stopped(BaseException):
+    """A stop signal arrived (a BaseException, like KeyboardInterrupt, so no ``except Exception``
+    on the way swallows it)."""
+
+
+def _install_stop_handlers(stop: threading.Event, stopping: threading.Event | None = None) -> threading.Event:
+    """SIGTERM and SIGINT set ``stop`` and interrupt whatever the main thread waits on (the
+    start included). Returns an event that, once set, makes further signals wait for the
+    shutdown already under way."""
+    stopping = stopping or threading.Event()
+
+    def on_signal(_signum, _frame):
+        if stopping.is_set() or stop.is_set():
+            return  # already shutting down: a second Ctrl-C must not leave HAProxy behind
+        stop.set()
+        raise _Stopped
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stopping
 
 
 def _autoscale(value: str | None) -> dict | None:

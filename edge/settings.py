@@ -39,6 +39,15 @@ def load_settings(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def settings_text(path: str | Path, data: Mapping[str, Any]) -> str:
+    """``data`` written the way ``load_settings`` reads ``path``: YAML for ``.yaml``/``.yml``, else JSON."""
+    if Path(path).suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_dump(dict(data), sort_keys=False)
+    return json.dumps(data, indent=2) + "\n"
+
+
 def build_config(cls: type[T], values: Mapping[str, Any], source: str = "") -> T:
     """``cls(**values)`` with unknown fields refused by name; errors say where the values came from."""
     known = {f.name for f in dataclasses.fields(cls)}

@@ -24,9 +24,6 @@ from pathlib import Path
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# HAProxy's fixed stats/metrics ports (8404, 9101) may be held by another Serve on this machine.
-os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(19404 + os.getpid() % 500))
-os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(19904 + os.getpid() % 500))
 
 SOURCES = ("argparse.py", "textwrap.py", "json/encoder.py", "string.py")
 

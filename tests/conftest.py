@@ -21,19 +21,6 @@ for _name, _value in ingress_flags(os.environ.get("EDGESPEC_TEST_INGRESS", DEFAU
 os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-# HAProxy's stats and metrics ports are fixed (8404, 9101, all interfaces) unless set: another
-# checkout's Serve on this machine holding them makes every Serve here fail at start.
-for _name in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):
-    os.environ.setdefault(_name, str(_free_port()))
-
 from helpers import ModelPair, Server, start_server, stop_server  # noqa: E402
 
 # A test that needs any of these (directly or through another fixture) loads or exports a

@@ -15,7 +15,6 @@ and is not counted. The last line printed is ``per-message CPU <N> us``.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from pathlib import Path
@@ -117,9 +116,7 @@ def run_overhead(*, sessions: int, rounds: int, k: int, work: Path, progress: Ca
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
     target = build_featherweight_target(work / "featherweight-target")
-    # HAProxy's stats and metrics ports (8404, 9101 by default) may be held by another serve on this machine.
-    os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
-    os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(free_port()))
+    # init_ray claims HAProxy's stats and metrics ports free for this run (haproxy_owner.py)
     init_ray(num_cpus=2, log_to_driver=False)
     from ray import serve  # after init_ray: the ingress is chosen before Ray is imported
     config = VerifierConfig(model=str(target), device="cpu", torch_threads=1, max_sessions=sessions + 4, max_batch_size=sessions,

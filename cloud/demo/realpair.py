@@ -26,12 +26,11 @@ Layout under ``--out``: replies/, draft-init/, distill/, export/, eval/metrics.j
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 STAGES = ("prompts", "replies", "draft", "distill", "export", "eval", "ship")

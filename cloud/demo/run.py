@@ -141,9 +141,10 @@ def run_demo(demo: DemoConfig) -> dict:
                 chat_through_device_server(client, draft)
             figures = demo_session(client, prompts, demo, stream_first=not chat)
     finally:
-        from ray import serve
+        # Ray down, then its HAProxy: seconds, no warnings (serve.shutdown waits 30 s on HAProxy's controller).
+        from edgespec.cloud.serving.app import stop_serving
 
-        serve.shutdown()
+        stop_serving()
     if demo.peers:
         figures["peers"] = time_peers(target, draft, prompts, demo, figures["speculative_ms_per_token"])
     return figures

@@ -18,6 +18,7 @@ from dataclasses import asdict, fields
 from typing import Any, Callable
 
 from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+from edgespec.cloud.serving.haproxy_owner import HAProxyOwner
 from edgespec.cloud.serving.ingress import configure_ingress, direct_endpoints, ingress_from_environment, resolve_ingress
 from edgespec.cloud.serving.servicers import SERVICER_FUNCTIONS
 
@@ -27,6 +28,9 @@ APP_NAME = "edgespec"
 DEFAULT_GRPC_PORT = 9000
 # What the gRPC ingress registers (see servicers.py); the deployment implements their methods.
 GRPC_SERVICER_FUNCTIONS = SERVICER_FUNCTIONS
+# The HAProxy of the local Ray instance init_ray started (None: no local instance, or another ingress).
+_haproxy: HAProxyOwner | None = None
+_joined_cluster = False  # init_ray joined a running cluster rather than starting Ray here
 
 
 def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
@@ -72,6 +76,46 @@ def build(args: dict[str, Any]):
     return build_app(VerifierConfig.from_dict(args), options)
 
 
+def deployment_override(config: VerifierConfig, options: DeploymentOptions) -> dict[str, Any]:
+    """The verifier's entry under a Serve config's ``deployments:``: the replica count or
+    autoscaling, resources and the drain bound. Serve applies a change to ``num_replicas`` or
+    ``autoscaling_config`` here in place (replicas added or removed, the others untouched);
+    a change under the application's ``args`` is a new version that replaces every replica."""
+    from edgespec.cloud.serving.deployment import DEPLOYMENT_NAME
+
+    autoscaling = options.autoscaling(config)
+    placement = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
+    return {
+        "name": DEPLOYMENT_NAME,
+        **placement,
+        "max_ongoing_requests": config.max_sessions + options.extra_ongoing_requests,
+        "max_queued_requests": options.max_queued_requests,
+        "graceful_shutdown_timeout_s": options.graceful_shutdown_timeout_s,
+        "ray_actor_options": {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options},
+    }
+
+
+def serve_config(config: VerifierConfig, options: DeploymentOptions, *, grpc_port: int = DEFAULT_GRPC_PORT,
+                 http_port: int = 8000, host: str = "127.0.0.1") -> dict[str, Any]:
+    """The ``serve deploy`` config (what ``serve build`` writes) for what ``serve_verifier``
+    starts: the verifier's settings as the application's ``args``, placement under
+    ``deployments:`` (see ``deployment_override``)."""
+    defaults = VerifierConfig(model=config.model).to_dict()
+    args = {name: value for name, value in config.to_dict().items() if name == "model" or value != defaults.get(name)}
+    return {
+        "proxy_location": "HeadOnly",
+        "http_options": {"host": host, "port": http_port},
+        "grpc_options": {k: v for k, v in grpc_options(grpc_port).items() if v is not None},
+        "applications": [{
+            "name": APP_NAME,
+            "route_prefix": "/",
+            "import_path": "edgespec.cloud.serving.app:build",
+            "args": args,
+            "deployments": [deployment_override(config, options)],
+        }],
+    }
+
+
 def grpc_options(port: int = DEFAULT_GRPC_PORT, request_timeout_s: float | None = None) -> dict[str, Any]:
     # Serve's own reflection is off: the deployment answers reflection itself, behind the API key.
     return {"port": port, "grpc_servicer_functions": GRPC_SERVICER_FUNCTIONS, "request_timeout_s": request_timeout_s,
@@ -84,6 +128,7 @@ def init_ray(
     metrics_export_port: int | None = None,
     log_to_driver: bool = True,
     ingress: str | None = None,
+    haproxy: HAProxyOwner | None = None,
 ) -> None:
     """Connects to ``address`` (or RAY_ADDRESS), else starts a fresh local Ray instance.
 
@@ -92,15 +137,25 @@ def init_ray(
     ``ingress``: for a local instance, the Serve gRPC ingress its processes start with (None:
     the flags already in the environment, else the default); a running cluster keeps the
     flags it was started with.
+    ``haproxy``: for a local instance with the HAProxy ingress, the owner of its ports and
+    files (default: claimed here, ports chosen free, stats on loopback); ``stop_serving``
+    ends it with Ray.
     """
+    global _haproxy, _joined_cluster
     address = address or os.environ.get("RAY_ADDRESS")
-    if not address:
-        configure_ingress(resolve_ingress(ingress))
     import ray
 
     if ray.is_initialized():
         return
+    if not address:
+        chosen = resolve_ingress(ingress)
+        configure_ingress(chosen)
+        if chosen == "haproxy":
+            # Read at import by every Ray process: set before Ray starts.
+            _haproxy = haproxy or HAProxyOwner.claim()
+            os.environ.update(_haproxy.environment())
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    _joined_cluster = bool(address)
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
     else:
@@ -149,6 +204,27 @@ def serve_verifier(
         address = f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{grpc_port}"
     wait_until_serving(address, timeout_s=max(deadline - time.monotonic(), 5.0))
     return address
+
+
+def stop_serving() -> None:
+    """Ends what ``init_ray``/``serve_verifier`` started, quickly and quietly.
+
+    A local instance: Ray is shut down (its replicas with it; there is nowhere for their
+    sessions to move) and then its HAProxy, which Ray's shutdown leaves running. A cluster
+    (``--address``): only this application is deleted; the cluster keeps its Serve.
+    """
+    global _haproxy
+    import ray
+
+    if ray.is_initialized():
+        if _joined_cluster:
+            from ray import serve
+
+            serve.delete(APP_NAME, _blocking=False)
+        ray.shutdown()
+    if _haproxy is not None:
+        _haproxy.stop()
+        _haproxy = None
 
 
 def wait_until_serving(address: str, *, timeout_s: float) -> None:

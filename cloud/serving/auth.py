@@ -17,7 +17,9 @@ writes an entry and prints the key once.
 
 A request without a key, or with one that is not listed, is refused UNAUTHENTICATED before any
 model work; a key over its quota gets RESOURCE_EXHAUSTED with the seconds to wait in the
-message. Quotas are counted per replica (a fleet-wide limit needs a shared store).
+message. Both quotas are counted on each replica; with a ``FleetQuota`` (fleet_quota.py, which
+the deployment sets up) tokens per minute are also counted across the fleet, so a key's limit
+holds whatever the replica count.
 """
 
 from __future__ import annotations
@@ -190,13 +192,15 @@ class KeyRing:
 
 
 class Quotas:
-    """Per-key concurrent sessions and tokens per minute, on this replica."""
+    """Per-key concurrent sessions and tokens per minute, on this replica; tokens per minute
+    across the fleet too when ``fleet`` is set (the per-replica count stays as the local guard)."""
 
     WINDOW_S = 60.0
 
-    def __init__(self) -> None:
+    def __init__(self, fleet=None) -> None:
         self._sessions: dict[str, int] = {}
         self._tokens: dict[str, deque] = {}
+        self.fleet = fleet  # a fleet_quota.FleetQuota, or None
 
     def acquire(self, key: ApiKey | None) -> None:
         """Counts one more open session; raises RESOURCE_EXHAUSTED over either quota."""
@@ -219,6 +223,8 @@ class Quotas:
     def charge(self, key: ApiKey | None, tokens: int) -> None:
         if key is not None and key.tokens_per_minute and tokens:
             self._tokens.setdefault(key.key_id, deque()).append((time.monotonic(), tokens))
+            if self.fleet is not None:
+                self.fleet.charge(key.key_id, tokens)
 
     def check_tokens(self, key: ApiKey | None) -> None:
         """Raises RESOURCE_EXHAUSTED when the key generated its tokens-per-minute already."""
@@ -236,6 +242,14 @@ class Quotas:
                 f"key {key.key_id!r} generated {used} tokens in the last minute, its limit of {key.tokens_per_minute} "
                 f"on this replica: retry after {retry}s",
             )
+        if self.fleet is not None:
+            fleet_used = self.fleet.used(key.key_id)
+            if fleet_used >= key.tokens_per_minute:
+                raise status_error(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"key {key.key_id!r} generated {fleet_used} tokens in the last minute across all replicas, its limit "
+                    f"of {key.tokens_per_minute}: retry after 10s",
+                )
 
 
 def is_unauthenticated(error: BaseException) -> bool:

@@ -113,6 +113,11 @@ class VerifierDeployment:
         self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=info.kv_pool_bytes,
                                    kv_bytes_per_token=info.kv_bytes_per_token, page_tokens=info.kv_page_tokens,
                                    round_tokens=self.config.round_tokens)
+        if self.keys.enabled:
+            from edgespec.cloud.serving.fleet_quota import FleetQuota
+
+            # tokens_per_minute across every replica (a shared actor), the per-replica count kept as the guard
+            self.admission.quotas.fleet = FleetQuota()
         self.metrics = VerifierMetrics()
         self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
         self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone

@@ -8,12 +8,16 @@ replica) added. Names, all prefixed ``edgespec_``:
 - ``position_drafted_total`` / ``position_accepted_total`` (tag ``position``, 1-based):
   their ratio is the acceptance at each draft position;
 - ``acceptance_length`` histogram: tokens committed per round, the bonus token included;
-- ``verify_batch_size`` histogram and ``verify_ms`` histogram: sessions per target forward and
-  the forward's time;
+- ``verify_batch_size`` histogram and ``verify_seconds`` histogram: sessions per target forward
+  and the forward's time (seconds, as Prometheus's conventions want a time);
 - ``generated_tokens_total`` (tag ``path``: speculative or cloud_only);
 - ``active_sessions`` gauge; ``sessions_total`` (tags ``path``, ``key``: the API key's id, never
   the key); ``errors_total`` (tags ``code``, ``key``; a client that goes away is no error);
-- ``discarded_blocks_total``: sent-ahead blocks whose assumption failed (no forward ran).
+- ``discarded_blocks_total``: sent-ahead blocks whose assumption failed (no forward ran);
+- ``sessions_moved_total`` (tag ``path``): sessions told to move while the replica drained.
+
+Ray exports each as ``ray_<name>`` (a histogram as ``_bucket``/``_sum``/``_count``);
+``METRIC_NAMES`` lists them for the dashboard's test (cluster/grafana-dashboard.json).
 """
 
 from __future__ import annotations
@@ -26,7 +30,28 @@ from edgespec.cloud.serving.verifier import VerifyItem
 
 LENGTH_BOUNDARIES = [float(n) + 0.5 for n in range(1, 17)]
 BATCH_BOUNDARIES = [1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5]
-MS_BOUNDARIES = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+SECONDS_BOUNDARIES = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+
+
+# (name, kind) of every metric VerifierMetrics registers.
+METRICS = (
+    ("edgespec_drafted_tokens_total", "counter"), ("edgespec_accepted_tokens_total", "counter"),
+    ("edgespec_rounds_total", "counter"), ("edgespec_position_drafted_total", "counter"),
+    ("edgespec_position_accepted_total", "counter"), ("edgespec_acceptance_length", "histogram"),
+    ("edgespec_verify_batch_size", "histogram"), ("edgespec_verify_seconds", "histogram"),
+    ("edgespec_generated_tokens_total", "counter"), ("edgespec_active_sessions", "gauge"),
+    ("edgespec_sessions_total", "counter"), ("edgespec_errors_total", "counter"),
+    ("edgespec_discarded_blocks_total", "counter"), ("edgespec_sessions_moved_total", "counter"),
+)
+
+
+def exported_names() -> set[str]:
+    """The series names Ray's endpoint shows for METRICS (``ray_`` prefix, histogram suffixes)."""
+    names = set()
+    for name, kind in METRICS:
+        suffixes = ("_bucket", "_sum", "_count") if kind == "histogram" else ("",)
+        names.update(f"ray_{name}{suffix}" for suffix in suffixes)
+    return names
 
 
 class VerifierMetrics:
@@ -40,7 +65,8 @@ class VerifierMetrics:
             "edgespec_acceptance_length", "Tokens committed per round (bonus included)", boundaries=LENGTH_BOUNDARIES
         )
         self.batch_size = metrics.Histogram("edgespec_verify_batch_size", "Sessions per target forward", boundaries=BATCH_BOUNDARIES)
-        self.verify_ms = metrics.Histogram("edgespec_verify_ms", "Target forward + accept rule per batch (ms)", boundaries=MS_BOUNDARIES)
+        self.verify_seconds = metrics.Histogram("edgespec_verify_seconds", "Target forward + accept rule per batch (seconds)",
+                                                boundaries=SECONDS_BOUNDARIES)
         self.generated = metrics.Counter("edgespec_generated_tokens_total", "Tokens committed", tag_keys=("path",))
         self.active_sessions = metrics.Gauge("edgespec_active_sessions", "Open sessions and Generate calls on the replica")
         self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path", "key"))
@@ -51,7 +77,7 @@ class VerifierMetrics:
     def record_batch(self, items: list[VerifyItem], verdicts) -> None:
         """One verification batch: counters summed first, so the cost is per batch, not per token."""
         self.batch_size.observe(len(items))
-        self.verify_ms.observe(verdicts[0].verify_ms)
+        self.verify_seconds.observe(verdicts[0].verify_ms / 1000.0)
         drafted, accepted, rounds = Tally(), Tally(), Tally()
         pos_drafted, pos_accepted = Tally(), Tally()
         emitted = {"speculative": 0, "cloud_only": 0}

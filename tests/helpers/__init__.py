@@ -5,7 +5,6 @@ Importable as ``helpers`` (pyproject's pytest ``pythonpath`` puts tests/ on the 
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +13,11 @@ SERVE_START_TIMEOUT_S = 240
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port outside the ranges Ray's own processes draw from (not bind-to-0, whose
+    ephemeral ports Ray's processes take while they start)."""
+    from edgespec.cloud.serving.haproxy_owner import free_port as free_port_outside_rays_ranges
+
+    return free_port_outside_rays_ranges()
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,10 @@ def start_server(pair: ModelPair, **config_overrides) -> Server:
 
 
 def stop_server() -> None:
-    import ray
-    from ray import serve
+    """Ray and the HAProxy it started, down in seconds (``serve.shutdown`` waits 30 s with HAProxy)."""
+    from edgespec.cloud.serving.app import stop_serving
 
-    try:
-        serve.shutdown()
-    finally:
-        ray.shutdown()
+    stop_serving()
 
 
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:

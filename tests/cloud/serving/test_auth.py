@@ -138,3 +138,64 @@ def test_loopback_peer_means_this_machine(monkeypatch, peer, local):
 
 def test_local_addresses_include_loopback():
     assert "127.0.0.1" in auth.local_addresses()
+
+
+@pytest.mark.parametrize("name, parse", [("keys.json", json.loads), ("keys.yaml", yaml.safe_load),
+                                         ("keys.yml", yaml.safe_load)])
+def test_the_keys_file_is_written_in_its_extensions_format_and_every_reader_reads_it(tmp_path, capsys, name, parse):
+    import argparse
+
+    from edgespec.cli import keys as keys_cli
+
+    path = tmp_path / name
+    parser = argparse.ArgumentParser()
+    keys_cli.add_arguments(parser)
+
+    def keys(*argv):
+        assert keys_cli.run(parser.parse_args([*argv, "--file", str(path)])) == 0
+        return capsys.readouterr()
+
+    first = keys("new", "--id", "a", "--max-sessions", "3").out.strip()
+    keys("new", "--id", "b", "--tokens-per-minute", "100")
+    assert [entry["id"] for entry in parse(path.read_text())["keys"]] == ["a", "b"]  # the format its name says
+    assert keys("list").out.splitlines() == ["a\tmax_sessions=3\ttokens_per_minute=0",
+                                             "b\tmax_sessions=0\ttokens_per_minute=100"]
+    ring = KeyRing(str(path))  # what the verifier reads
+    assert ring.lookup(first).key_id == "a" and ring.lookup(first).max_sessions == 3
+    keys("revoke", "--id", "b")
+    assert KeyRing(str(path)).count == 1 and keys("list").out.startswith("a\t")
+
+
+def test_a_keys_tokens_per_minute_hold_across_the_fleet_with_the_replica_count_as_guard():
+    """Two replicas' Quotas share one store: together they stop at the key's limit, not twice it."""
+    from edgespec.cloud.serving.fleet_quota import FleetQuota, FleetQuotaStore, MinuteCounts
+
+    class InlineStore:  # the actor's class, called in place (the Ray round trip is what test_fleet_quota.py covers)
+        def __init__(self):
+            self.store = FleetQuotaStore()
+            self.report = self
+
+        def remote(self, charges, keys):
+            from concurrent.futures import Future
+
+            answer = Future()
+            answer.set_result(self.store.report(charges, keys))
+            return type("Ref", (), {"future": lambda _self: answer})()
+
+    store = InlineStore()
+    key = ApiKey("a", digest("es-a"), tokens_per_minute=100)
+    replicas = [Quotas(fleet=FleetQuota(store, flush_s=0.0)) for _ in range(2)]
+    replicas[0].charge(key, 60)
+    replicas[0].check_tokens(key)  # 60 of 100, reported
+    replicas[1].charge(key, 30)
+    replicas[1].check_tokens(key)  # 90 across both
+    replicas[1].charge(key, 20)
+    with pytest.raises(ServerError, match="across all replicas") as refused:
+        replicas[1].check_tokens(key)  # 110: each replica alone is under 100, the fleet is not
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    replicas[0].check_tokens(key)  # the other replica asks the store here, without waiting for it ...
+    with pytest.raises(ServerError, match="across all replicas"):
+        replicas[0].check_tokens(key)  # ... and refuses once the answer is in
+    counts = MinuteCounts(window_s=60)
+    counts.add({"a": 5}, now=0.0)
+    assert counts.used("a", now=59.0) == 5 and counts.used("a", now=61.0) == 0  # a sliding minute

@@ -49,7 +49,7 @@ def test_a_batch_is_counted_per_mode_position_and_path(monkeypatch):
     verdicts = [Verdict(0, 2, 9, Finish.NONE, 3, 4.5), Verdict(0, 0, 7, Finish.NONE, 3, 4.5), Verdict(0, 0, 8, Finish.NONE, 3, 4.5)]
     recorder.record_batch(items, verdicts)
     log = Recorder.log
-    assert log["edgespec_verify_batch_size"] == [(3, {})] and log["edgespec_verify_ms"] == [(4.5, {})]
+    assert log["edgespec_verify_batch_size"] == [(3, {})] and log["edgespec_verify_seconds"] == [(0.0045, {})]
     assert sorted(log["edgespec_drafted_tokens_total"], key=str) == [(2, {"mode": "exact"}), (3, {"mode": "greedy"})]
     assert log["edgespec_accepted_tokens_total"] == [(2, {"mode": "greedy"})]  # exact accepted none: no zero increment
     drafted_at = {tags["position"]: value for value, tags in log["edgespec_position_drafted_total"]}
@@ -62,3 +62,18 @@ def test_a_batch_is_counted_per_mode_position_and_path(monkeypatch):
     assert log["edgespec_errors_total"] == [(1.0, {"code": "INVALID_ARGUMENT", "key": ""})]
     recorder.error(grpc.StatusCode.RESOURCE_EXHAUSTED, "k_3f2a")
     assert log["edgespec_errors_total"][-1] == (1.0, {"code": "RESOURCE_EXHAUSTED", "key": "k_3f2a"})
+
+
+def test_the_metrics_list_is_what_verifier_metrics_registers(monkeypatch):
+    registered = set()
+    for kind in ("Counter", "Histogram", "Gauge"):
+        def instrument(name, *args, _kind=kind.lower(), **kwargs):
+            registered.add((name, _kind))
+            return Recorder(name)
+
+        monkeypatch.setattr(metrics_module.metrics, kind, instrument)
+    VerifierMetrics()
+    assert registered == set(metrics_module.METRICS)
+    for name, kind in metrics_module.METRICS:  # Prometheus conventions: counters end in _total, times in _seconds
+        assert name.endswith("_total") == (kind == "counter"), name
+        assert not name.endswith("_ms"), name

@@ -1,0 +1,89 @@
+"""haproxy_owner: an owner's ports and files, the loopback rewrite, and reaping by identity
+(a fake "haproxy" process: a python named haproxy). No Ray, ~2 s."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from edgespec.cloud.serving import haproxy_owner
+from edgespec.cloud.serving.haproxy_owner import PORT_RANGE, HAProxyOwner, haproxy_processes, reap_orphans
+
+
+@pytest.fixture
+def root():
+    path = Path(tempfile.mkdtemp(prefix="est", dir="/tmp"))  # short, as HAProxy's socket paths need
+    yield path
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def fake_haproxy(directory: Path, tmp: Path) -> subprocess.Popen:
+    """A process whose command line is `.../haproxy ... -f <directory>/<node>/haproxy.cfg`."""
+    binary = tmp / "haproxy"
+    if not binary.exists():
+        binary.symlink_to(sys.executable)
+    return subprocess.Popen([str(binary), "-c", "import time; time.sleep(120)", "-f", str(directory / "node" / "haproxy.cfg")])
+
+
+def test_an_owner_has_its_own_files_and_two_free_ports_outside_rays_ranges(root):
+    owner = HAProxyOwner.claim(root=root)
+    env = owner.environment()
+    assert PORT_RANGE[0] <= owner.stats_port <= PORT_RANGE[1] and PORT_RANGE[0] <= owner.metrics_port <= PORT_RANGE[1]
+    assert owner.stats_port != owner.metrics_port
+    assert env["RAY_SERVE_HAPROXY_STATS_PORT"] == str(owner.stats_port)
+    assert all(env[name].startswith(str(owner.directory)) for name in env if name.endswith(("_LOC", "_PATH", "_BASE", "_FILE")))
+    state = json.loads((owner.directory / "owner.json").read_text())
+    assert state["owner_pid"] == os.getpid()
+    other = HAProxyOwner.claim(root=root)  # a second server on the machine: nothing shared
+    assert other.directory != owner.directory and {other.stats_port, other.metrics_port}.isdisjoint(
+        {owner.stats_port, owner.metrics_port})
+    owner.stop()
+    other.stop()
+    assert not owner.directory.exists()
+
+
+def test_the_wrapper_binds_stats_and_metrics_on_loopback_only(tmp_path):
+    config = tmp_path / "haproxy.cfg"
+    config.write_text("frontend prometheus\n    bind :9101\nfrontend grpc\n    bind 127.0.0.1:9000 proto h2\n"
+                      "listen stats\n  bind *:8404\n  bind *:8405\n")
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(haproxy_owner._wrapper_script("true", (8404, 9101)))
+    wrapper.chmod(0o700)
+    subprocess.run([str(wrapper), "-db", "-f", str(config)], check=True)
+    assert config.read_text() == ("frontend prometheus\n    bind 127.0.0.1:9101\nfrontend grpc\n    bind 127.0.0.1:9000 proto h2\n"
+                                  "listen stats\n  bind 127.0.0.1:8404\n  bind *:8405\n")
+
+
+def test_a_gone_owners_haproxy_is_reaped_and_a_live_ones_is_not(root, tmp_path):
+    live = HAProxyOwner.claim(root=root)  # (claim reaps too: the gone owner comes after it)
+    gone = root / "gone"
+    gone.mkdir()
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    (gone / "owner.json").write_text(json.dumps({"owner_pid": finished.pid, "owner_started": 0.0}))
+    orphan, ours = fake_haproxy(gone, tmp_path), fake_haproxy(live.directory, tmp_path)
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while not (haproxy_processes(gone) and haproxy_processes(live.directory)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-f", str(gone / "x" / "haproxy.cfg")])
+        reaped = reap_orphans(root)
+        assert [state["owner_pid"] for state in reaped] == [finished.pid]
+        assert orphan.wait(timeout=10) is not None and not gone.exists()
+        assert ours.poll() is None and unrelated.poll() is None  # a live owner's, and one not named haproxy
+        unrelated.kill()
+        assert live.stop() == 1 and ours.wait(timeout=10) is not None
+    finally:
+        for proc in (orphan, ours):
+            if proc.poll() is None:
+                proc.kill()
