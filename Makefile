@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make demo   — set up .venv, start Ray Serve with the demo target, generate with the ONNX draft
+#   make demo   — set up .venv (with the real target imported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
 #   make test   — set up .venv, run the test suite
 # Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build).
 
