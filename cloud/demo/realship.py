@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -30,6 +31,7 @@ def _readouts(path: Path) -> list[dict]:
 
 def ship_real_pair(config) -> dict:
     from edgespec.cloud.training.target_replies import chunks, load_replies
+    from edgespec.cloud.training.distill_replies import SETTINGS
     from edgespec.cloud.training.draft_vocab import DRAFT_VOCAB_FILE
 
     ship, out = config.ship, config.out
@@ -46,6 +48,7 @@ def ship_real_pair(config) -> dict:
     shutil.copytree(out / "export" / "int8", ship / "draft")
     replies = list(load_replies(out / "replies"))
     readouts = _readouts(out / "distill" / "readouts.jsonl")
+    settings = json.loads((out / "distill" / SETTINGS).read_text())
     vocab_stats = json.loads((out / "draft-init" / "vocab_stats.json").read_text())
     target_config = json.loads((config.target / "config.json").read_text())
     metrics = {
@@ -56,7 +59,9 @@ def ship_real_pair(config) -> dict:
             "vocab_coverage_of_training_text": vocab_stats["coverage_of_training_text"]},
         "data": {"replies": len(replies), "reply_tokens": int(sum(len(r[1]) for r in replies)),
                  "prompt_tokens": int(sum(len(r[0]) for r in replies)), "chunks": len(chunks(out / "replies"))},
-        "distill": {"readout_start": readouts[0] if readouts else None, "readout_end": readouts[-1] if readouts else None},
+        "distill": {"readout_start": readouts[0] if readouts else None, "readout_end": readouts[-1] if readouts else None,
+                    **{k: settings.get(k) for k in ("minutes", "lr", "text_share", "window_len", "batch_sequences")},
+                    "text_tokens": int(np.load(settings["text"], mmap_mode="r").shape[0]) if settings.get("text") else 0},
         "eval": json.loads((out / "eval" / "metrics.json").read_text()) if (out / "eval" / "metrics.json").is_file() else None,
         "rebuild": list(REBUILD),
     }
@@ -67,8 +72,11 @@ def ship_real_pair(config) -> dict:
 
 
 def model_card(m: dict) -> str:
-    e, d, data = m.get("eval") or {}, m["draft"], m["data"]
-    start, end = m["distill"]["readout_start"] or {}, m["distill"]["readout_end"] or {}
+    e, d, data, dist = m.get("eval") or {}, m["draft"], m["data"], m["distill"]
+    start, end = dist["readout_start"] or {}, dist["readout_end"] or {}
+    covered = d["vocab_coverage_of_training_text"]
+    coverage = ("every token the training text uses" if covered >= 1.0 else
+                f"the most frequent in the training text, {covered:.4f} of its tokens")
 
     def fmt(x, digits=3):
         return "–" if x is None else (f"{x:.{digits}f}" if isinstance(x, float) else str(x))
@@ -84,9 +92,8 @@ def model_card(m: dict) -> str:
 
 **Draft** (`draft/`: int8 ONNX for the device; `draft-hf/`: fp16 weights and `draft_vocab.json`):
 {d['params'] / 1e6:.2f}M parameters, {len(d['layers_from_target'])} decoder layers started from the
-target's layers {d['layers_from_target']}, a draft vocabulary of {d['vocab']} tokens (the most frequent
-in the training text plus every special token; {fmt(d['vocab_coverage_of_training_text'], 4)} of the
-training text's tokens) whose rows of the target's embedding start its tied embedding. The
+target's layers {d['layers_from_target']}, a draft vocabulary of {d['vocab']} tokens ({coverage}, plus every
+special token) whose rows of the target's embedding start its tied embedding. The
 ONNX graph maps the target's ids in and gives logits over the full vocabulary out, so the
 device and the verifier see an ordinary draft.
 
@@ -94,7 +101,10 @@ device and the verifier see an ordinary draft.
 instructions ({data['reply_tokens']} reply tokens; {data['prompt_tokens']} prompt tokens of
 context): general chat (16 task templates x subjects, held-out subjects never trained on) and
 code tasks from documented functions of the Python standard library (held-out files never
-trained on). Distilled against the target's top-32 at each reply token (no teacher forward).
+trained on). Distilled against the target's top-32 at each reply token (no teacher forward)
+for {dist.get('minutes')} minutes of one core ({end.get('step', '–')} steps, {end.get('tokens', '–')} trained positions, lr
+{dist.get('lr')}); {dist.get('text_share')} of the steps read windows of the stdlib's source and documentation
+({dist.get('text_tokens')} tokens) through the target in bfloat16 instead, against its top-32 there.
 
 ## Figures (held-out prompts, `prompts/chat-heldout.jsonl`, the target's float32 greedy replies)
 

@@ -13,14 +13,15 @@ i-th draft of a round always conditions on the target's own text, so one teacher
 gives exact per-round acceptance (``tau_from_hits``).
 
 Layout of ``out``: checkpoint/ (resumable), final/ (the draft, with its tokenizer and draft
-vocabulary), distill.log, readouts.jsonl.
+vocabulary), distill.log, readouts.jsonl, settings.json.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,9 @@ from edgespec.cloud.training.loop import (
 )
 from edgespec.cloud.training.target_replies import load_replies
 from edgespec.cloud.training.draft_vocab import DRAFT_VOCAB_FILE, DraftVocab, load_draft_vocab
+
+
+SETTINGS = "settings.json"  # the settings of the latest run in ``out``
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,7 @@ def distill_on_replies(config: RepliesDistillConfig) -> dict:
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     log = RunLog(out, "distill.log", "readouts.jsonl")
+    (out / SETTINGS).write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}, indent=1))
     checkpoint = out / "checkpoint"
     resume = checkpoint_exists(checkpoint)
     source = checkpoint if resume else config.draft
