@@ -104,7 +104,8 @@ def stage_replies(config: MakeDraftConfig, train) -> None:
 def stage_draft(config: MakeDraftConfig) -> None:
     from transformers import AutoTokenizer
 
-    from edgespec.cloud.training.target_replies import eos_ids, load_replies
+    from edgespec.cloud.training.target_replies import load_replies
+    from edgespec.edge.eos import eos_token_ids
     from edgespec.cloud.training.vocab_draft import build_draft, choose_vocab, special_ids
 
     tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
@@ -114,8 +115,8 @@ def stage_draft(config: MakeDraftConfig) -> None:
         counts.update(prompt.tolist())
     if not counts:
         raise SystemExit("make-draft: no replies yet: run the replies stage first")
-    unknown = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else eos_ids(config.target, tokenizer)[0]
-    vocab = choose_vocab(counts, config.vocab_size, always=special_ids(tokenizer) + eos_ids(config.target, tokenizer),
+    unknown = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else eos_token_ids(config.target)[0]
+    vocab = choose_vocab(counts, config.vocab_size, always=special_ids(tokenizer) + eos_token_ids(config.target),
                          unknown=unknown, target_vocab_size=len(tokenizer))
     covered = sum(c for t, c in counts.items() if t in set(vocab.draft_to_target)) / sum(counts.values())
     out = build_draft(config.target, vocab, list(config.layers), config.out / "draft-init")
@@ -176,10 +177,11 @@ def _eval_texts(config: MakeDraftConfig, target):
     """The held-out prompts and the target's own float32 greedy replies to them."""
     from transformers import AutoTokenizer
 
-    from edgespec.cloud.training.target_replies import chat_ids, eos_ids, reply_batch
+    from edgespec.cloud.training.target_replies import chat_ids, reply_batch
+    from edgespec.edge.eos import eos_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
-    stop = eos_ids(config.target, tokenizer)
+    stop = eos_token_ids(config.target)
     rows = [json.loads(line) for line in config.heldout_prompts.read_text().splitlines() if line.strip()][: config.eval_prompts]
     prompts = [chat_ids(tokenizer, row["prompt"]) for row in rows]
     replies = []

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from edgespec.cloud.training.loop import configure_threads
+from edgespec.edge.eos import eos_token_ids
 
 META = "meta.json"
 
@@ -62,19 +63,6 @@ class RepliesConfig:
     def settings(self) -> dict:
         keep = ("max_new_tokens", "max_prompt_tokens", "batch", "top_k", "dtype")
         return {k: v for k, v in asdict(self).items() if k in keep} | {"target": str(self.target)}
-
-
-def eos_ids(target: Path, tokenizer) -> list[int]:
-    """Every id that ends a reply: the generation config's EOS ids and the tokenizer's."""
-    ids: set[int] = set()
-    try:
-        eos = GenerationConfig.from_pretrained(target).eos_token_id
-        ids.update([eos] if isinstance(eos, int) else eos or [])
-    except OSError:
-        pass
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return sorted(ids)
 
 
 def chat_ids(tokenizer, text: str) -> list[int]:
@@ -166,7 +154,7 @@ def generate_replies(config: RepliesConfig, instructions: list[tuple[str, str]],
             raise ValueError(f"{out_dir} holds replies made with other settings: {previous}; use another out_dir")
     meta_path.write_text(json.dumps({"settings": config.settings()}, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
-    stop = eos_ids(config.target, tokenizer)
+    stop = eos_token_ids(config.target)
     pad = stop[0]
     model = AutoModelForCausalLM.from_pretrained(config.target, dtype=getattr(torch, config.dtype), local_files_only=True).eval()
     done_chunks = len(chunks(out_dir))

@@ -18,9 +18,10 @@ from edgespec.cloud.training.distill_replies import (
     load_examples,
     tau_from_hits,
 )
-from edgespec.cloud.training.target_replies import RepliesConfig, chat_ids, eos_ids, generate_replies, load_replies, reply_batch
+from edgespec.cloud.training.target_replies import RepliesConfig, chat_ids, generate_replies, load_replies, reply_batch
 from edgespec.cloud.training.tiny import build_tiny_pair
 from edgespec.cloud.training.draft_vocab import MASKED_LOGIT, DraftVocab, VocabMappedLM
+from edgespec.edge.eos import eos_token_ids
 from edgespec.cloud.training.vocab_draft import build_draft, choose_vocab, expand_to_target_vocab, load_draft
 
 pytestmark = pytest.mark.slow
@@ -93,7 +94,7 @@ def test_an_expanded_draft_proposes_what_the_mapped_one_does(chat_target, tmp_pa
 def test_batched_replies_equal_each_prompt_alone_and_stop_at_eos(chat_target):
     model = AutoModelForCausalLM.from_pretrained(chat_target).eval()
     tokenizer = AutoTokenizer.from_pretrained(chat_target)
-    stop = eos_ids(chat_target, tokenizer)
+    stop = eos_token_ids(chat_target)
     prompts = [chat_ids(tokenizer, text) for _, text in INSTRUCTIONS[:3]]
     assert len({len(p) for p in prompts}) > 1  # left padding is exercised
     batched = reply_batch(model, prompts, max_new_tokens=12, stop=stop, top_k=4, pad=stop[0])
@@ -115,9 +116,8 @@ def test_replies_resume_and_refuse_other_settings_then_distillation_learns(chat_
     with pytest.raises(ValueError, match="other settings"):
         generate_replies(RepliesConfig(**{**config.__dict__, "top_k": 4}), INSTRUCTIONS)
 
-    tokenizer = AutoTokenizer.from_pretrained(chat_target)
     counts = Counter(t for p, r, _, _ in load_replies(config.out_dir) for t in list(p) + list(r))
-    vocab = choose_vocab(counts, 64, always=eos_ids(chat_target, tokenizer), unknown=0,
+    vocab = choose_vocab(counts, 64, always=eos_token_ids(chat_target), unknown=0,
                          target_vocab_size=AutoModelForCausalLM.from_pretrained(chat_target).config.vocab_size)
     init = build_draft(chat_target, vocab, [0], tmp_path / "init")
     examples = load_examples(config.out_dir, vocab)
