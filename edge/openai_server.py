@@ -69,6 +69,8 @@ class DeviceServerConfig:
             raise ValueError(f"max_queue must be an integer >= 0, got {self.max_queue!r}")
         if not (isinstance(self.queue_timeout_s, (int, float)) and 0 <= self.queue_timeout_s <= 3600):
             raise ValueError(f"queue_timeout_s must be in [0, 3600] seconds, got {self.queue_timeout_s!r}")
+        if isinstance(self.cors_origins, str):
+            raise ValueError(f"cors_origins must be a list of origins, got the string {self.cors_origins!r}")
         origins = tuple(origin.rstrip("/") if origin != "*" else origin for origin in self.cors_origins)
         for origin in origins:
             if not origin or any(c.isspace() for c in origin) or "," in origin:
@@ -104,24 +106,30 @@ class DeviceServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def max_new_tokens(self, prompt_ids: list[int], requested: int | None) -> int:
+    def max_new_tokens(self, prompt_ids: list[int], requested: int | None, *, chat: bool) -> int:
         """``requested``, or (None) all the room the model's context leaves after the prompt."""
         info = self.client.info()
         room = info.max_context - len(prompt_ids)
         if room < 1:
             raise RequestError(f"the prompt is {len(prompt_ids)} tokens: the model's context holds {info.max_context}",
-                               "messages")
+                               "messages" if chat else "prompt")
         if requested is None:
             return min(room, info.max_new_tokens) if info.max_new_tokens else room
         if info.max_new_tokens and requested > info.max_new_tokens:
-            raise RequestError(f"'max_tokens' {requested} is over the verifier's limit of {info.max_new_tokens} "
-                               "tokens per request", "max_tokens")
+            raise RequestError(f"'max_tokens' (or 'max_completion_tokens') {requested} is over the verifier's limit of "
+                               f"{info.max_new_tokens} tokens per request", "max_tokens")
         return requested
 
-    def generate(self, prompt_ids: list[int], params: dict, stops: list[str]) -> Iterator[tuple[str, str | None, dict]]:
-        """(text piece, finish reason or None, usage) as the generation goes; the caller holds a gate slot."""
+    def generate(self, prompt_ids: list[int], params: dict, stops: list[str]) -> Generator[tuple[str, str | None, dict], None, None]:
+        """(text piece, finish reason or None, usage) as the generation goes; the caller holds a gate slot.
+
+        The parameters are checked now (ValueError), before any reply is sent; the generation
+        starts when the pieces are first asked for."""
+        return self._pieces(self.client.stream(prompt_ids, **params), len(prompt_ids), stops)
+
+    @staticmethod
+    def _pieces(stream, prompt_tokens: int, stops: list[str]) -> Generator[tuple[str, str | None, dict], None, None]:
         matcher = StopMatcher(stops)
-        stream = self.client.stream(prompt_ids, **params)
         try:
             for piece in stream:
                 out = matcher.feed(piece)
@@ -135,8 +143,7 @@ class DeviceServer(ThreadingHTTPServer):
         result = stream.result
         completion = len(stream.token_ids)
         finish = "stop" if matcher.stopped or (result is not None and result.finish_reason == "stop_token") else "length"
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": completion,
-                 "total_tokens": len(prompt_ids) + completion}
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
         yield tail, finish, usage
 
 
@@ -237,8 +244,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"data: " + json.dumps(error).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the app went away
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the app went away, or stopped reading for Handler.timeout
         finally:
             chunks.close()  # ends the generation now, before its slot is given back
 
@@ -288,7 +295,7 @@ class Handler(BaseHTTPRequestHandler):
             fields.refuse_unsupported(body)
             params, stops, usage = generation_params(body, chat=chat), fields.stops(body), fields.include_usage(body)
             prompt_ids = self.server.client.encode(self._prompt(body, chat))
-            params["max_new_tokens"] = self.server.max_new_tokens(prompt_ids, params["max_new_tokens"])
+            params["max_new_tokens"] = self.server.max_new_tokens(prompt_ids, params["max_new_tokens"], chat=chat)
             with self.server.gate.admit():
                 self._complete(body, chat, prompt_ids, params, stops, usage)
         except Busy as exc:

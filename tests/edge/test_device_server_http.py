@@ -62,6 +62,8 @@ class ScriptedClient:
 
     def stream(self, prompt_ids, **params):
         self.calls.append({"prompt_ids": prompt_ids, **params})
+        if params.get("top_k") == 13:
+            raise ValueError("top_k 13 is unlucky")  # as GenerationParams refuses what it cannot serve
         return ScriptedStream(self, prompt_ids, params)
 
 
@@ -70,7 +72,7 @@ def running(tmp_path, reply="hello world, again", **config):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
     client = ScriptedClient(reply)
     device = DeviceServer(("127.0.0.1", 0), client, tmp_path, config=DeviceServerConfig(**config))
-    thread = threading.Thread(target=device.serve_forever, daemon=True)
+    thread = threading.Thread(target=device.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield device, client
@@ -184,7 +186,7 @@ def test_generations_run_at_once_and_a_full_queue_answers_429(tmp_path):
             thread.join(30)
         assert [status for status, _, _ in replies] == [200, 200, 200]  # the queued one was served too
         assert all(reply["choices"][0]["text"] == "hello" for _, _, reply in replies)
-        assert device.gate.snapshot()["active"] == 0
+        until(lambda: device.gate.active == 0, "every slot given back")  # just after each reply's last byte
 
 
 def test_a_request_waits_a_bounded_time_then_503(tmp_path):
@@ -314,9 +316,17 @@ def test_the_access_log_has_no_prompt_or_reply_text(tmp_path, caplog):
     with running(tmp_path, reply="the reply text") as (device, _), caplog.at_level(logging.INFO, logger=ACCESS_LOG.name):
         post(device, "/v1/chat/completions", chat(SECRET, max_tokens=9))
         call(device, "GET", "/nowhere")
-    lines = [record.getMessage() for record in caplog.records if record.name == ACCESS_LOG.name]
-    assert len(lines) == 2
+        logged = lambda: [record.getMessage() for record in caplog.records if record.name == ACCESS_LOG.name]  # noqa: E731
+        until(lambda: len(logged()) == 2, "two access-log lines")  # each is written once its reply is sent
+    lines = sorted(logged(), key=lambda line: "POST" not in line)  # written as each reply ends: in either order
     prompt = len(f"<user>{SECRET}\n<assistant>")
     assert '"POST /v1/chat/completions" 200' in lines[0] and f"prompt_tokens={prompt} completion_tokens=9" in lines[0]
     assert lines[0].endswith(" ms") and '"GET /nowhere" 404' in lines[1]
     assert not any(SECRET in line or "reply" in line for line in lines)
+
+
+def test_a_refusal_from_the_sdk_is_a_400_even_when_streaming(tmp_path):
+    with running(tmp_path) as (device, _):
+        status, headers, raw = call(device, "POST", "/v1/chat/completions", chat(temperature=0.5, top_k=13, stream=True))
+        assert status == 400 and b"unlucky" in raw and headers["Content-Type"] == "application/json"
+        until(lambda: device.gate.active == 0, "the slot given back")
