@@ -203,6 +203,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -286,11 +288,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         route = self.path.split("?", 1)[0].rstrip("/")
+        # Until the body is read, a refusal closes the connection: unread bytes must not pass for a next request.
+        keep_alive, self.close_connection = self.close_connection, True
         try:
             if route not in ("/v1/completions", "/v1/chat/completions"):
                 raise RequestError(f"no route POST {self.path}; try /v1/completions or /v1/chat/completions",
                                    status=HTTPStatus.NOT_FOUND)
             body = self._body()
+            self.close_connection = keep_alive
             chat = route.endswith("chat/completions")
             fields.refuse_unsupported(body)
             params, stops, usage = generation_params(body, chat=chat), fields.stops(body), fields.include_usage(body)

@@ -330,3 +330,13 @@ def test_a_refusal_from_the_sdk_is_a_400_even_when_streaming(tmp_path):
         status, headers, raw = call(device, "POST", "/v1/chat/completions", chat(temperature=0.5, top_k=13, stream=True))
         assert status == 400 and b"unlucky" in raw and headers["Content-Type"] == "application/json"
         until(lambda: device.gate.active == 0, "the slot given back")
+
+
+def test_a_refusal_before_the_body_is_read_closes_the_connection(tmp_path):
+    with running(tmp_path) as (device, _):
+        connection = http.client.HTTPConnection(*device.server_address[:2], timeout=30)
+        connection.request("POST", "/v1/nowhere", body=b'{"prompt": "GET /health HTTP/1.1"}')
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 404 and response.getheader("Connection") == "close"
+        connection.close()
