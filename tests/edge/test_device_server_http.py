@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -34,9 +35,11 @@ class ScriptedStream:
     def __iter__(self):
         self.client.started.release()
         assert self.client.go.wait(30), "the test never let the generation go"
-        for piece in self.pieces:
+        for i, piece in enumerate(self.pieces):
             if self.closed:
                 return
+            if i == 1:
+                assert self.client.more.wait(30), "the test never let the generation go on"
             self.token_ids.append(len(self.token_ids))
             yield piece
         self.result = SimpleNamespace(finish_reason="length")
@@ -49,9 +52,10 @@ class ScriptedClient:
     """The EdgeClient methods the device server uses; one character a token."""
 
     def __init__(self, reply="hello world, again"):
-        self.reply, self.calls = reply, []
-        self.go = threading.Event()
+        self.reply, self.calls, self.streams = reply, [], []
+        self.go, self.more = threading.Event(), threading.Event()  # before the first piece, after it
         self.go.set()
+        self.more.set()
         self.started = threading.Semaphore(0)  # released once per generation that began
 
     def info(self):
@@ -64,7 +68,8 @@ class ScriptedClient:
         self.calls.append({"prompt_ids": prompt_ids, **params})
         if params.get("top_k") == 13:
             raise ValueError("top_k 13 is unlucky")  # as GenerationParams refuses what it cannot serve
-        return ScriptedStream(self, prompt_ids, params)
+        self.streams.append(ScriptedStream(self, prompt_ids, params))
+        return self.streams[-1]
 
 
 @contextmanager
@@ -78,6 +83,7 @@ def running(tmp_path, reply="hello world, again", **config):
         yield device, client
     finally:
         client.go.set()
+        client.more.set()
         device.shutdown()
         device.server_close()
 
@@ -340,3 +346,19 @@ def test_a_refusal_before_the_body_is_read_closes_the_connection(tmp_path):
         response.read()
         assert response.status == 404 and response.getheader("Connection") == "close"
         connection.close()
+
+
+def test_an_app_that_goes_away_mid_stream_ends_its_generation_and_frees_its_slot(tmp_path):
+    with running(tmp_path, reply="x" * VERIFIER_MAX_NEW, max_concurrent=1) as (device, client):
+        client.more.clear()
+        body = json.dumps({"prompt": "p", "max_tokens": VERIFIER_MAX_NEW, "stream": True}).encode()
+        with socket.create_connection(device.server_address[:2], timeout=30) as app:
+            app.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            received = b""
+            while b"data: " not in received:  # the first piece arrived
+                received += app.recv(4096)
+        # the app went away; the generation goes on, and its next writes fail
+        client.more.set()
+        until(lambda: device.gate.active == 0, "the slot given back")
+        assert len(client.streams[-1].token_ids) < VERIFIER_MAX_NEW  # ended early, not run to its end
+        assert post(device, "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
