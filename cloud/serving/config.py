@@ -48,11 +48,13 @@ class VerifierConfig:
             the stream starts (one round trip); 2 s leaves room for a slow link without
             letting silent streams linger.
         max_pending_streams: streams that have started but whose Open has not arrived yet,
-            per replica; one more is refused at once (RESOURCE_EXHAUSTED). Serve's request
-            slots are sized to hold these on top of max_sessions, so silent streams can never
-            take the slot a session needs (see ``admission.PendingOpens``).
-        max_pending_streams_per_key: the same bound per API key (with keys configured): one
-            key's silent streams take at most this many, and never another key's room.
+            per replica; past it the oldest of them is shed (RESOURCE_EXHAUSTED) for the new
+            one. Serve's request slots are sized to hold these on top of max_sessions
+            (``max_ongoing_requests``), so silent streams can never take the slot a session
+            or a new device's Open needs (see ``admission.PendingOpens``).
+        max_pending_streams_per_key: the same bound per API key (with keys configured), where
+            one more is refused at once (RESOURCE_EXHAUSTED): one key's silent streams take at
+            most this many places, never another key's.
         api_keys_file: YAML/JSON file of API keys (``cloud/serving/auth.py``), re-read when it
             changes; with it (or ``api_keys_env``) every request needs a key.
         api_keys_env: name of an environment variable holding the same mapping as JSON.
