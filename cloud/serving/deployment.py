@@ -258,8 +258,9 @@ class VerifierDeployment:
         except TimeoutError:
             if place is not None and place.shed:
                 raise shed_error(self.pending.max_streams) from None
-            what = f"no {expecting} within" if first else "stream idle for more than" if expecting != "Open" else "session idle for more than"
-            then = RECONNECT if expecting == "Open" else "open a new stream and send at once"
+            session = expecting == "Open"
+            what = f"no {expecting} within" if first else f"{'session' if session else 'stream'} idle for more than"
+            then = RECONNECT if session else "open a new stream and send at once"
             raise status_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{what} {timeout:g}s: closed; {then}") from None
 
     def _moving(self, finished: bool, *, generate: bool) -> bool:

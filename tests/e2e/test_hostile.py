@@ -195,6 +195,23 @@ def test_reflection_needs_a_key_and_answers_with_one(channel, healthy, service):
     assert files[0].file_descriptor_response.file_descriptor_proto
 
 
+def test_a_silent_reflection_stream_is_closed_within_the_first_message_deadline(channel, healthy):
+    import queue
+
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    call = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+    never: queue.Queue = queue.Queue()
+    replies = call(iter(never.get, None), metadata=md(), timeout=30)
+    try:
+        refused(lambda: next(replies), grpc.StatusCode.DEADLINE_EXCEEDED, "no request within", within=FIRST_MESSAGE_S + FAST_S)
+    finally:
+        never.put(None)
+        replies.cancel()
+
+
 def test_health_needs_no_key(channel, healthy):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
