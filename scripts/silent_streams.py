@@ -9,6 +9,11 @@ Serves the tiny random pair (built in a temporary directory) on CPU, one thread 
 HAProxy ingress, with the verifier's defaults unless --config overrides fields (JSON). The
 silent streams come over several connections (an attacker is not bound by one connection's
 100-stream HTTP/2 limit); the probe Opens come over a fresh connection each (another device).
+
+On a machine where other Ray instances run, give this one its own replica ports (Serve draws
+every instance's from 40000-41000 and 30000-31000, and a run can reach another's replica: its
+device then fails with a tokenizer mismatch): RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT=44230
+RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT=44330 (and the same for _HTTP_PORT, 34230-34330).
 """
 
 from __future__ import annotations
