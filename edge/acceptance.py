@@ -156,9 +156,15 @@ class Replay:
                 self._reset_counts()
         return out
 
-    def restart(self) -> None:
-        """A gap in the stream (the shadow rested): the next token starts a fresh block."""
+    def restart(self) -> tuple[list[float], list[float], float] | None:
+        """A gap in the stream (the shadow rested): the next token starts a fresh block. Returns
+        the counts of the round in progress (what was observed of it holds), if any."""
         self.mass, self.bonus = [1.0] + [0.0] * (self.k - 1), 0.0
+        pending = None
+        if sum(self.reached) > 0:
+            pending = (self.reached, self.accepted, self.tokens / self.ended if self.ended else 0.0)
+        self._reset_counts()
+        return pending
 
 
 def break_even(tau_needed: float, max_k: int) -> float:

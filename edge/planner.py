@@ -135,7 +135,7 @@ class Planner:
         """A new segment starts: its own figures must come in before it is left (a speculative
         segment's rate is its own: the last one's may have been measured on another link)."""
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
-        self._replay.restart()
+        self._end_replay()
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
             self.est.round_ms.samples.clear()
@@ -170,8 +170,8 @@ class Planner:
             est.acceptance.add(max(tokens - 1, 0), k)
         self._changed()
         if first:
-            if forward_ms > 0:  # the replica's prefill of the context rode with this round
-                est.prefill_ms.add(max(forward_ms - (est.forward_ms.value or 0.0), 0.0))
+            if forward_ms > 0 and est.forward_ms.value is not None:  # the Open's prefill rode with this round
+                est.prefill_ms.add(max(forward_ms - est.forward_ms.value, 0.0))
             return
         self.record_forward(forward_ms)
         if k is not None and forward_ms > 0:
@@ -219,6 +219,13 @@ class Planner:
         if draft_ms is not None and chances:
             self.est.shadow_ms.add(draft_ms, len(chances))
         if rounds:  # (between rounds nothing a prediction reads has changed: a token costs no recompute)
+            self._changed()
+
+    def _end_replay(self) -> None:
+        """The shadow's stream pauses or ends: what it observed of the round in progress counts."""
+        pending = self._replay.restart()
+        if pending is not None:
+            self.est.acceptance.add_counts(pending[0], pending[1])
             self._changed()
 
     def record_decode(self, ms: float) -> None:
@@ -509,7 +516,7 @@ class Planner:
         self._shadow_clock += tokens
         if position >= period - self.SHADOW_LOOK:
             return True
-        self._replay.restart()  # a rest ends the replayed round
+        self._end_replay()  # a rest ends the replayed round
         return False
 
     def switch_cost_ms(self) -> float:
