@@ -5,7 +5,8 @@ every figure the planner sees is the script's, so every run is the same."""
 from __future__ import annotations
 
 import pytest
-from helpers.planner_sim import Sim, World, always_speculating_ms, bernoulli_hits, cloud_only_ms, rtt_phases
+from helpers.planner_sim import (Script, ScriptedPlanner, Sim, World, always_speculating_ms, bernoulli_hits, cloud_only_ms,
+                                 rtt_phases)
 
 from edgespec.edge.planner import Planner
 
@@ -145,3 +146,18 @@ def test_an_unpromising_draft_rests_and_every_decision_is_logged():
     assert 0 < shadowed <= 3 * 256 * (Planner.SHADOW_LOOK + Planner.SHADOW_CONTEXT) / Planner.SHADOW_PERIOD
     for run in runs[1:]:
         assert [s.to_path for s in run.switches] == ["cloud_only"] and run.switches[0].reason == "draft unpromising"
+
+
+def test_the_scripted_planner_of_the_end_to_end_test(monkeypatch):
+    """tests/e2e/test_links_features.py runs the real driver with a ``ScriptedPlanner``: here the
+    same script under the simulated driver, so its bounds are checked without a server."""
+    script = Script(phases=[(0, 2.0)])
+    monkeypatch.setattr(ScriptedPlanner, "script", script)
+    sim = Sim(world(2.0, hits=lambda _: True), ScriptedPlanner())
+    sim.generate(100)
+    script.phases = [(0, 2.0), (30, 250.0), (150, 2.0)]
+    run = sim.generate(400)
+    assert [path for path, _ in run.segments] == ["speculative", "cloud_only", "speculative"], run.segments
+    switches = [s for s in script.planners[0].switch_log if s.from_path]
+    assert switches[0].to_path == "cloud_only" and 30 <= switches[0].at_token <= 30 + 4 * 17, switches
+    assert switches[1].to_path == "speculative" and 150 <= switches[1].at_token <= 150 + 64, switches
