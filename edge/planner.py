@@ -97,6 +97,8 @@ class Planner(Forecast):
     ENTER_CHANCE = 0.9  # speculation is entered on a forecast only at this chance that the draft can win
     ENTER_DRAFTS = 32  # ...and after this many drafts observed (verified or replayed)
     WIN_CHANCE = 0.1  # below this posterior chance that the draft can win, speculation is left
+    # (the shadow's and the forecast's own settings: ``forecast.Forecast``)
+
     def __init__(self, mode: str = "auto", *, margin: float = 0.05, max_depth: int = 4):
         if mode not in ("auto", "speculative", "cloud_only"):
             raise ValueError(f"mode must be auto, speculative or cloud_only, got {mode!r}")
@@ -149,11 +151,14 @@ class Planner(Forecast):
         self._segment_rounds += 1
         est.tokens_per_round.add(tokens, 1)
         if k is not None:
-            est.acceptance.add(max(tokens - 1, 0), k)
+            est.acceptance.add(min(max(tokens - 1, 0), k), k)
         self._changed()
         if first:
-            if forward_ms > 0 and est.forward_ms.value is not None:  # the Open's prefill rode with this round
-                est.prefill_ms.add(max(forward_ms - est.forward_ms.value, 0.0))
+            # The Open's prefill rode with this round: what its wait took beyond a round trip and
+            # a forward (wherever the replica accounts it) is what a switch pays again.
+            rtt, forward = est.rtt_ms.value, est.forward_ms.value
+            if wait_ms is not None and rtt is not None and forward is not None:
+                est.prefill_ms.add(max(wait_ms - rtt - forward, 0.0))
             return
         self.record_forward(forward_ms)
         if k is not None and forward_ms > 0:

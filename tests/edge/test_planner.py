@@ -148,9 +148,11 @@ def test_a_stream_the_draft_predicts_well_brings_speculation_back():
 def test_a_switch_must_repay_its_cost():
     planner = Planner()
     planner.record_forward(15.0)
+    planner.record_rtt(60.0)
     planner.begin(Path.SPECULATIVE)
-    # The Open's round carries the replica's prefill (30 ms beyond the forward): the switch's cost.
-    planner.record_round(wall_ms=200.0, wait_ms=150.0, forward_ms=45.0, tokens=4, k=6)
+    # The Open's round carries the replica's prefill (30 ms beyond a round trip and a forward):
+    # what a switch pays again.
+    planner.record_round(wall_ms=110.0, wait_ms=105.0, forward_ms=15.0, tokens=4, k=6)
     speculating(planner, rtt=60.0, forward=15.0, tokens=4, rounds=7, k=6)  # 19.25 ms/token: 3 of 6 accepted
     planner.record_cloud_rate(15.0 * 20, 20)
     assert planner.switch_cost_ms() == pytest.approx(60.0 + 30.0, rel=0.05)
