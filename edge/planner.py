@@ -23,10 +23,16 @@ Cloud-only: the stream's measured rate (first token to last), before a stream th
 decoding step; plus the shadow draft's device time (below) over the share of the stream it
 runs on, counted whole since on a device whose cores carry the stream too it competes.
 
-A generation starts on the path predicted faster over its budget; with nothing known of the
-draft it explores speculation (its first block rides with the Open) unless not even a draft
-that is always right could win. It switches, in either direction, when the other path's
-prediction beats the current one by ``margin`` and the remaining tokens repay two switches.
+A generation starts on the path predicted faster over its budget (a start costs no switch).
+With little known of the draft (under ``ENTER_DRAFTS`` drafts observed) it explores
+speculation, whose first block rides with the Open, where a hopeless draft would lose under
+``EXPLORE_LOSS`` of the request (a second round and a switch: near links); elsewhere it
+streams and lets the shadow judge the draft at no risk. It switches, in either direction, when
+the other path's prediction beats the current one by ``margin`` and the remaining tokens repay
+two switches; leaving speculation takes the better of its measured rate and the forecast
+(a hard passage does not last), entering it a forecast resting on at least ``ENTER_DRAFTS``
+observed drafts and a chance of ``ENTER_CHANCE`` that the draft can win (a run of lucky
+tokens is no proof).
 
 A hopeless draft is left fast, a good one that started slowly is not. Every round (and every
 round replayed over a stream) is evidence on the per-position acceptance a; with Jeffreys'
@@ -47,10 +53,12 @@ q(y), whose mean over y ~ p is sum_x p(x) q(x), the acceptance of token-only ver
 lower bound of exact mode's sum_x min(p, q)). Rounds of ``max_k`` drafts are replayed over
 them (``acceptance.Replay``) and feed the same acceptance, so the speculative prediction
 stays current and speculation comes back when it pays. The shadow's cost is bounded
-(``shadow_wanted``): it runs over the whole stream while that costs under ``SHADOW_SHARE`` of
-the stream's time, else over looks of ``SHADOW_LOOK`` tokens spaced to keep that share, and
-while the draft is unpromising over at most 1/8 of the stream (``SHADOW_LOOK`` of every
-``SHADOW_PERIOD``, from ``SHADOW_CONTEXT`` tokens of context).
+(``shadow_share``, ``shadow_wanted``): it runs over the whole stream while the draft is little
+known (``LEARN_DRAFTS``) or while that costs under ``SHADOW_SHARE`` of the stream's time, else
+over looks of ``SHADOW_LOOK`` tokens spaced to keep that share; once the draft can hardly win
+(``REST_CHANCE``, on ``REST_DRAFTS`` observed: two rejections are no verdict) over at most 1/8
+of the stream (``SHADOW_LOOK`` of every ``SHADOW_PERIOD``, from ``SHADOW_CONTEXT`` tokens of
+context).
 
 Every decision is logged (``switch_log``: the request's start and each switch, with the two
 predictions that made it). The planner reads no clock: all time is what the driver measured.
