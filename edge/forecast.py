@@ -103,6 +103,11 @@ class Forecast:
             return tokens, holds
         return self._cached("tokens", compute)
 
+    def expected_tokens(self, k: int) -> float:
+        """A round of ``k`` drafts' expected tokens from acceptance by position (the prior's
+        before any is measured): what ``policy.AdaptiveK(tokens=...)`` may choose k by."""
+        return self._tokens_and_holds()[0][max(1, min(int(k), self._max_k))]
+
     def reachable_k(self) -> int | None:
         """The k the adaptive policy settles on from the acceptance measured so far."""
         def compute():

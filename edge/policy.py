@@ -107,7 +107,11 @@ class AdaptiveK:
         prior_weight: float = 4.0,
         initial_draft_ms: float = 0.5,
         initial_round_ms: float = 10.0,
+        tokens: Callable[[int], float] | None = None,
     ):
+        """``tokens``: a round's expected tokens at k from elsewhere (the planner's acceptance by
+        position, ``Planner.expected_tokens``), so that the policy reaches the k the planner
+        predicts; None: the geometric formula at this policy's own alpha."""
         if not 1 <= k_min <= k_max:
             raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
         if not 0.0 < decay < 1.0:
@@ -118,6 +122,7 @@ class AdaptiveK:
         self.draft_ms = initial_draft_ms
         self.wait = LinearFit(decay)  # wait_ms = base + slope * k
         self._initial_round_ms = initial_round_ms
+        self.tokens = tokens
 
     @property
     def alpha(self) -> float:
@@ -129,8 +134,8 @@ class AdaptiveK:
 
     def next_k(self, limit: int) -> int:
         upper = max(self.k_min, min(self.k_max, limit))
-        k = best_k(lambda k: expected_tokens(self.alpha, k), lambda k: self.round_ms(k) + k * self.draft_ms,
-                   self.k_min, upper)
+        tokens = self.tokens or (lambda k: expected_tokens(self.alpha, k))
+        k = best_k(tokens, lambda k: self.round_ms(k) + k * self.draft_ms, self.k_min, upper)
         return min(k, max(1, limit))
 
     def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float) -> None:
