@@ -39,6 +39,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from edgespec.edge.drafter import Proposal
 from edgespec.edge.eos import eos_token_ids
 from edgespec.edge.graph import empty_past, open_session, run_graph, verify_graph_files
 from edgespec.edge.lookup import LookupConfig, lookup_next
@@ -48,17 +49,6 @@ from edgespec.edge.sampling import (
     SparseDist, mix_point_mass, point_mass, probs_from_logits, round_rng, sample, truncate_top_n,
 )
 from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_fingerprint, load_tokenizer
-
-
-@dataclass
-class Proposal:
-    tokens: list[int]  # d1..dk
-    q: list[SparseDist] | None  # the distribution each draft was sampled from; None when greedy
-    draft_ms: float  # wall time of the k forwards and the sampling
-    # Greedy with ``alternatives``: per draft, (the runner-up token, how sure the draft was of
-    # its choice: the model's probability of it). Where context lookup chose the draft, the
-    # runner-up is the model's own argmax.
-    alternatives: list[tuple[int, float]] | None = None
 
 
 @dataclass
@@ -122,7 +112,7 @@ class DraftModel:
         self.vocab_size: int = self.manifest.vocab_size
         # Every end token: the manifest's, and what the directory's own files declare (a draft
         # exported before the full rule, edgespec.edge.eos, recorded fewer).
-        self._eos_token_ids = list(dict.fromkeys(self.manifest.eos_token_ids + eos_token_ids(self.model_dir, self.vocab_size)))
+        self.eos_token_ids: list[int] = list(dict.fromkeys(self.manifest.eos_token_ids + eos_token_ids(self.model_dir, self.vocab_size)))
         verify_graph_files(self.model_dir, self.manifest)
         self.session = self._open_session(threads, providers)
         self.stats = DraftStats()
@@ -140,7 +130,7 @@ class DraftModel:
         clone = object.__new__(DraftModel)
         clone.model_dir, clone.manifest, clone.tokenizer = self.model_dir, self.manifest, self.tokenizer
         clone.vocab_size, clone.session = self.vocab_size, self.session
-        clone._eos_token_ids = self._eos_token_ids
+        clone.eos_token_ids = self.eos_token_ids
         clone.stats = DraftStats()
         clone.tokens, clone.cache_len, clone._past = [], 0, []
         clone.reset([])
@@ -160,15 +150,6 @@ class DraftModel:
         return session
 
     # -- context --------------------------------------------------------------------------
-
-    @property
-    def eos_token_ids(self) -> list[int]:
-        """The ids that end a generation (the default stop tokens)."""
-        return list(self._eos_token_ids)
-
-    @property
-    def draft_ms_per_token(self) -> float:
-        return self.stats.ms_per_draft_token
 
     def reset(self, context_ids: Sequence[int]) -> None:
         """Starts a new context with an empty cache; the context is fed by the next propose."""
@@ -202,7 +183,8 @@ class DraftModel:
     def propose(
         self,
         k: int,
-        params: SamplingParams | None = None,
+        *,
+        sampling: SamplingParams | None = None,
         rng: np.random.Generator | None = None,
         top_n: int = 0,
         lookup: LookupConfig | None = None,
@@ -211,10 +193,10 @@ class DraftModel:
     ) -> Proposal:
         """Drafts ``k`` tokens after the context and appends them to ``tokens``.
 
-        Greedy (``params`` None or temperature 0): argmax, ``q`` is None, ``rng`` unused.
-        Sampling: each draft is drawn from ``truncate_top_n(probs_from_logits(logits, params), top_n)``
+        Greedy (``sampling`` None or temperature 0): argmax, ``q`` is None, ``rng`` unused.
+        Sampling: each draft is drawn from ``truncate_top_n(probs_from_logits(logits, sampling), top_n)``
         and that sparse distribution is returned in ``q`` (the verifier needs exactly it).
-        ``rng`` defaults to ``round_rng(params.seed, stats.proposals)``; pass the session's
+        ``rng`` defaults to ``round_rng(sampling.seed, stats.proposals)``; pass the session's
         per-round generator to make rounds reproducible.
         ``lookup``: where the context's suffix occurred before (see ``edgespec.edge.lookup``),
         greedy drafts the token that followed it instead of the argmax; sampling draws from
@@ -230,7 +212,7 @@ class DraftModel:
             raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
         # Positions up to len(tokens) + k - 2 are fed; the last draft is not.
         self._check_length(len(self.tokens) + k - 1, f"the context plus k={k} drafts")
-        sampling = params is not None and not params.is_greedy
+        params, sampling = sampling, sampling is not None and not sampling.is_greedy
         if sampling and rng is None:
             rng = round_rng(params.seed, self.stats.proposals)
         if self.cache_len == len(self.tokens):

@@ -11,7 +11,7 @@ from helpers.tcp_cutter import TcpCutter
 
 from edgespec.cloud.link.emulator import LinkEmulator
 from edgespec.cloud.link.profiles import Faults, LinkProfile
-from edgespec.edge import rounds
+from edgespec.edge import driver
 from edgespec.edge.client import EdgeClient
 
 pytestmark = pytest.mark.slow
@@ -111,7 +111,7 @@ def test_auto_switches_back_and_forth_without_losing_a_token(server, self_draft,
     """Exact on every attempt; the way back to speculation must show within two attempts.
     NOTE: when the planner comes back depends on round trips the loaded 2-core machine measures
     (issue 25: a scripted clock belongs here); one attempt in ~10 full runs stayed cloud-only."""
-    monkeypatch.setattr(rounds, "RTT_PROBE_INTERVAL_S", 0.1)
+    monkeypatch.setattr(driver, "RTT_PROBE_INTERVAL_S", 0.1)
     new_tokens = 400
     for attempt in range(2):
         ids, result = _slow_then_fast_again(server, self_draft, new_tokens)
