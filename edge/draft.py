@@ -206,19 +206,10 @@ class DraftModel:
         ``alternatives`` (greedy only): also return each position's runner-up (``Proposal``),
         the material of a tree draft.
         """
-        if not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
-        if not self.tokens:
-            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
-        # Positions up to len(tokens) + k - 2 are fed; the last draft is not.
-        self._check_length(len(self.tokens) + k - 1, f"the context plus k={k} drafts")
+        self._ready_to_draft(k)
         params, sampling = sampling, sampling is not None and not sampling.is_greedy
         if sampling and rng is None:
             rng = round_rng(params.seed, self.stats.proposals)
-        if self.cache_len == len(self.tokens):
-            # Everything is cached (after a rollback into the cache): re-feed the last token,
-            # since the cache keeps keys/values, not the logits that follow them.
-            self._trim_cache(self.cache_len - 1)
         started = time.perf_counter()
         drafts: list[int] = []
         q: list[SparseDist] = []
@@ -229,20 +220,14 @@ class DraftModel:
             # Pending tokens wait for the next forward: one forward over several costs about one.
             logits = None if lookup_decides else self._feed(self.tokens[self.cache_len :])[-1]
             if sampling:
-                if lookup_decides:
-                    dist = point_mass(found)
-                else:
-                    dist = truncate_top_n(probs_from_logits(logits, params), top_n)
-                    if found is not None:
-                        dist = mix_point_mass(dist, found, lookup_weight, top_n)
+                dist = self._draft_dist(logits, found, params, top_n, lookup_weight)
                 token = sample(dist, rng)  # NOTE: a point mass draws its uniform too: same stream either way
                 q.append(dist)
             elif lookup_decides:
                 token = found
             else:
-                token = model_token = int(np.argmax(logits))
-                if found is not None:
-                    token = found
+                model_token = int(np.argmax(logits))
+                token = model_token if found is None else found
                 if alternatives:
                     runners_up.append(_runner_up(logits, token, model_token))
             self.tokens.append(token)
@@ -253,6 +238,29 @@ class DraftModel:
         self.stats.draft_ms += elapsed_ms
         return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms,
                         alternatives=runners_up if alternatives and not sampling else None)
+
+    def _ready_to_draft(self, k: int) -> None:
+        """Checks ``k`` and the context, and leaves a token to feed: the next forward yields logits."""
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if not self.tokens:
+            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
+        # Positions up to len(tokens) + k - 2 are fed; the last draft is not.
+        self._check_length(len(self.tokens) + k - 1, f"the context plus k={k} drafts")
+        if self.cache_len == len(self.tokens):
+            # Everything is cached (after a rollback into the cache): re-feed the last token,
+            # since the cache keeps keys/values, not the logits that follow them.
+            self._trim_cache(self.cache_len - 1)
+
+    @staticmethod
+    def _draft_dist(logits: np.ndarray | None, found: int | None, params: SamplingParams, top_n: int,
+                    lookup_weight: float) -> SparseDist:
+        """The q a sampled draft is drawn from: the model's (top_n), the lookup's point mass
+        (``logits`` None: the lookup alone decides), or their mixture."""
+        if logits is None:
+            return point_mass(found)
+        dist = truncate_top_n(probs_from_logits(logits, params), top_n)
+        return dist if found is None else mix_point_mass(dist, found, lookup_weight, top_n)
 
     def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]:
         """Appends tokens the device did not draft (streamed by the cloud) and returns what greedy
