@@ -53,17 +53,13 @@ from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_finge
 
 @dataclass
 class DraftStats:
-    """Counters since construction; rates are derived here and only here."""
+    """Counters since construction (a request's drafting rate is ``RequestStats.draft_ms_per_token``)."""
 
     proposals: int = 0
     forwards: int = 0
     fed_tokens: int = 0  # tokens pushed through the model (context prefill included)
     drafted_tokens: int = 0
     draft_ms: float = 0.0
-
-    @property
-    def ms_per_draft_token(self) -> float:
-        return self.draft_ms / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
 def _runner_up(logits: np.ndarray, chosen: int, model_token: int) -> tuple[int, float]:
