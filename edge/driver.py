@@ -40,7 +40,8 @@ from edgespec.edge.drafter import Drafter
 from edgespec.edge.drafting import BlockDrafter
 from edgespec.edge.lookup_draft import LookupDraft
 from edgespec.edge.params import GenerationParams, Mode
-from edgespec.edge.planner import Path, Planner
+from edgespec.edge.planner import Path as Route  # the planner's Path, named apart from pathlib.Path
+from edgespec.edge.planner import Planner
 from edgespec.edge.policies import Policies, RoundTiming
 from edgespec.edge.protocol import Block, ClientSession, Kind, Outcome
 from edgespec.edge.shadow import Shadow
@@ -93,9 +94,9 @@ class Generation:
         path = planner.first_path(self.params.max_new_tokens, self.info.max_k)
         try:
             while not session.finish_reason:
-                if path is Path.SPECULATIVE and session.draft_room < 1:
-                    path = Path.CLOUD_ONLY  # the draft's context is full: the cloud finishes alone
-                segment = self._speculative_segment() if path is Path.SPECULATIVE else self._cloud_segment()
+                if path is Route.SPECULATIVE and session.draft_room < 1:
+                    path = Route.CLOUD_ONLY  # the draft's context is full: the cloud finishes alone
+                segment = self._speculative_segment() if path is Route.SPECULATIVE else self._cloud_segment()
                 planner.begin(path)
                 try:
                     async for tokens in segment:
@@ -104,13 +105,13 @@ class Generation:
                 except (grpc.RpcError, asyncio.TimeoutError) as exc:
                     await self._recover(exc)  # raises the typed error when giving up
                     continue  # the same path again, from every committed token
-                if not session.finish_reason and (path is Path.CLOUD_ONLY or session.draft_room >= 1):
-                    path = Path.CLOUD_ONLY if path is Path.SPECULATIVE else Path.SPECULATIVE
+                if not session.finish_reason and (path is Route.CLOUD_ONLY or session.draft_room >= 1):
+                    path = Route.CLOUD_ONLY if path is Route.SPECULATIVE else Route.SPECULATIVE
                     self.stats.switches += 1
         finally:
             self.stats.wall_s = self.clock() - started
 
-    def _progress(self, started: float, path: Path, tokens: list[int]) -> None:
+    def _progress(self, started: float, path: Route, tokens: list[int]) -> None:
         if not tokens:
             return
         now = self.clock()
@@ -168,7 +169,7 @@ class Generation:
                 # Step 4: move, stop, or go on.
                 if outcome.draining:
                     raise ReplicaMoved()  # committed; the replica ends the stream: reopen elsewhere
-                if outcome.finished or planner.should_switch(Path.SPECULATIVE, session.remaining):
+                if outcome.finished or planner.should_switch(Route.SPECULATIVE, session.remaining):
                     await stream.close(session.close())
                     return
                 if not session.valid_inflight and not await self._send_fresh(stream):
@@ -249,7 +250,7 @@ class Generation:
                     return
                 if shadow is not None:
                     shadow.observe(tokens, session.committed, session.max_context)
-                if session.draft_room > 1 and planner.should_switch(Path.CLOUD_ONLY, session.remaining):
+                if session.draft_room > 1 and planner.should_switch(Route.CLOUD_ONLY, session.remaining):
                     return  # the Generate call is cancelled: tokens not received are not committed
             raise StreamEnded(grpc.StatusCode.UNAVAILABLE, "the Generate stream ended before its last token")
         finally:
