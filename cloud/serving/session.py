@@ -109,7 +109,7 @@ class SessionState:
     # The last verified round accepted every draft and emitted its bonus token: the condition
     # under which a block sent ahead of its verdict extends exactly what is committed.
     last_full: bool = False
-    kv: object = None  # the engine's per-session cache handle
+    cache_key: int | None = None  # names the session's KV cache in the backend (open, extend, close)
     key: object = None  # the API key it was opened with (auth.ApiKey), None without keys
     reserved_bytes: int = 0  # the KV cache admission reserved for it (0: not admitted)
 
@@ -296,7 +296,7 @@ def _checked_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab:
     return out
 
 
-def settle(state: SessionState, block_tokens: list[int], accepted: int, next_token: int) -> tuple[int, int, Finish]:
+def commit_round(state: SessionState, block_tokens: list[int], accepted: int, next_token: int) -> tuple[int, int, Finish]:
     """Applies stop tokens, max_new_tokens and the context limit to a raw verdict.
 
     The round emits drafts[:accepted] + [next_token]; that sequence is cut after the first
