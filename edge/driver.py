@@ -110,6 +110,7 @@ class Generation:
                     self.stats.switches += 1
         finally:
             self.stats.wall_s = self.clock() - started
+            self.stats.switch_log = [switch.to_dict() for switch in planner.switch_log]
 
     def _progress(self, started: float, path: Route, tokens: list[int]) -> None:
         if not tokens:
@@ -232,7 +233,7 @@ class Generation:
         session, planner, stats = self.session, self.policies.planner, self.stats
         auto = planner.mode == "auto"
         probe = asyncio.create_task(self._probe_rtt()) if auto and self.rtt_probe else None
-        shadow = self._shadow() if auto and self.params.mode is Mode.GREEDY else None
+        shadow = self._shadow() if auto else None
         try:
             first_at, since_first = None, 0
             async for tokens, finish in generate_tokens(self.stub, session.generate(), self.timeout, stats):
@@ -261,8 +262,10 @@ class Generation:
 
     def _shadow(self) -> Shadow:
         max_k = self.info.max_k
+        settings = self.drafting.settings
         return Shadow(self.drafter, self.draft_thread, self.policies.planner, self.session.committed,
-                      block_k=lambda: self.policies.block_k(max_k), lookup=self.drafting.settings.lookup)
+                      block_k=lambda: self.policies.block_k(max_k), lookup=settings.lookup,
+                      sampling=settings.sampling, lookup_weight=settings.lookup_weight, clock=self.clock)
 
     async def _probe_rtt(self) -> None:
         while True:

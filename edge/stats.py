@@ -36,6 +36,9 @@ class RequestStats:
     server_batch_sizes: list[int] = field(default_factory=list)
     move_outages_s: list[float] = field(default_factory=list)  # per move: last token before -> first after
     replica_ids: list[str] = field(default_factory=list)  # the replica of each speculative stream, in order
+    # k=auto's decisions: the path it started on and each switch, with the two predicted
+    # ms/token and the reason (``planner.Switch.to_dict``), in order.
+    switch_log: list[dict] = field(default_factory=list)
 
     def record_round(self, k: int, accepted: int, emitted: int, *, batch_size: int = 0) -> None:
         """Counts one verified round: ``k`` drafts, ``accepted`` passed, ``emitted`` committed."""
@@ -72,6 +75,7 @@ class RequestStats:
             out.server_batch_sizes.extend(item.server_batch_sizes)
             out.move_outages_s.extend(item.move_outages_s)
             out.replica_ids.extend(item.replica_ids)
+            out.switch_log.extend(item.switch_log)
         return out
 
     # ---- derived rates -------------------------------------------------------------------
