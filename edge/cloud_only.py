@@ -40,7 +40,7 @@ class CloudOnlyRun:
         self.committed = list(prompt_ids)
         self.max_new_tokens, self.stop_token_ids = max_new_tokens, list(stop_token_ids)
         self.timeout, self.max_retries = timeout, max_retries
-        self.stats = stats if stats is not None else RequestStats()
+        self.stats = stats if stats is not None else RequestStats(seed=None if sampling.is_greedy else sampling.seed)
         self.generated: list[int] = []
         self.finish_reason = ""
 

@@ -253,7 +253,9 @@ class DraftModel:
                     dist = truncate_top_n(probs_from_logits(logits, params), top_n)
                     if found is not None:
                         dist = mix_point_mass(dist, found, lookup_weight, top_n)
-                token = sample(dist, rng)  # NOTE: a point mass draws its uniform too: same stream either way
+                # NOTE: a point mass draws its uniform too: same stream either way. The context is
+                # the whole sequence, so len(tokens) is the absolute position (coupled draws).
+                token = sample(dist, rng, len(self.tokens))
                 q.append(dist)
             elif lookup_decides:
                 token = found

@@ -58,9 +58,6 @@ def _number(body: dict, name: str, default, kind=float, low=None, high=None):
     return value
 
 
-SEEDED_K = 4  # drafts per round of a seeded sampled request: the same seed, the same text
-
-
 def _stops(body: dict) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -79,14 +76,11 @@ def generation_params(body: dict) -> dict:
     top_p = _number(body, "top_p", 1.0, float, 0.0, 1.0)
     params: dict[str, Any] = {"max_new_tokens": _number(body, "max_tokens", DEFAULT_MAX_TOKENS, int, 1, None)}
     if temperature > 0:
-        params.update(temperature=max(temperature, 1e-3), top_p=top_p if top_p > 0 else 1.0, mode="exact")
+        # The SDK's default mode (coupled): draws keyed by position, so a seed reproduces at any k.
+        params.update(temperature=max(temperature, 1e-3), top_p=top_p if top_p > 0 else 1.0)
     seed = _number(body, "seed", None, int, 0, 2**63 - 1)
     if seed is not None:
         params["seed"] = seed
-        if temperature > 0:
-            # Draws are seeded per round; adaptive k (and the path switches that come with it)
-            # moves round boundaries with measured timings, so a seeded request drafts a fixed k.
-            params["k"] = SEEDED_K
     return params
 
 

@@ -42,7 +42,7 @@ from edgespec.edge.lookup_draft import LookupDraft
 from edgespec.edge.params import GenerationParams, Mode
 from edgespec.edge.planner import Path, Planner
 from edgespec.edge.policy import make_policy
-from edgespec.edge.sampling import SparseDist, round_rng
+from edgespec.edge.sampling import PositionDraws, SparseDist, round_rng
 from edgespec.edge.stats import RequestStats
 from edgespec.edge.transport import ReplicaMoved, Retries, SessionStream, StreamEnded, generate_tokens
 from edgespec.edge.types import RoundRecord, ServerInfo
@@ -101,7 +101,7 @@ class SpeculativeRun:
         self.committed = list(prompt_ids)
         self.generated: list[int] = []
         self.finish_reason = ""
-        self.stats = RequestStats()
+        self.stats = RequestStats(seed=None if params.is_greedy else params.seed)
         self.rounds: list[RoundRecord] = []
         self.segments: list[tuple[str, int]] = []  # (path, tokens) in the order they were produced
         self.round_no = 0  # the next round of seeded draws (a verification round, or a cloud token)
@@ -109,7 +109,7 @@ class SpeculativeRun:
         self.sampling = None if params.mode is Mode.GREEDY else params.sampling
         # What the draft samples q from: p's parameters at the draft's own temperature.
         self.draft_sampling = None if self.sampling is None else params.draft_sampling
-        self.top_n = params.top_n if params.mode is Mode.EXACT else 0
+        self.top_n = params.top_n if params.mode in (Mode.EXACT, Mode.COUPLED) else 0
         # Lossless in every mode: exact sends the (point-mass or mixed) q the lookup drew from.
         self.lookup = LookupConfig() if params.lookup else None
         stop = params.stop_token_ids
@@ -298,6 +298,8 @@ class SpeculativeRun:
         """(the generator of the bonus guess before ``round_no``, the generator of its drafts)."""
         if self.sampling is None:
             return None, None
+        if self.params.mode is Mode.COUPLED:  # keyed by position, not round: one for guess and drafts
+            return PositionDraws(self.params.seed), PositionDraws(self.params.seed)
         return np.random.default_rng([self.params.seed, round_no, GUESS_SALT]), round_rng(self.params.seed, round_no)
 
     async def _fresh_block(self, *, prefilled: bool = False) -> Block | None:

@@ -36,6 +36,9 @@ class RequestStats:
     server_batch_sizes: list[int] = field(default_factory=list)
     move_outages_s: list[float] = field(default_factory=list)  # per move: last token before -> first after
     replica_ids: list[str] = field(default_factory=list)  # the replica of each speculative stream, in order
+    # Sampled requests: the seed every draw was keyed by (drawn from the OS when none was
+    # given): pass it as ``seed`` to replay the text. None for greedy requests.
+    seed: int | None = None
 
     def record_round(self, k: int, accepted: int, emitted: int, *, batch_size: int = 0) -> None:
         """Counts one verified round: ``k`` drafts, ``accepted`` passed, ``emitted`` committed."""
@@ -61,7 +64,7 @@ class RequestStats:
         out = cls()
         for item in items:
             for name, value in asdict(item).items():
-                if isinstance(value, (int, float)):
+                if isinstance(value, (int, float)) and name != "seed":
                     setattr(out, name, getattr(out, name) + value)
             for name in ("drafted_at", "accepted_at"):
                 mine, theirs = getattr(out, name), getattr(item, name)
@@ -131,6 +134,7 @@ class RequestStats:
             return (
                 f"{self.generated} tokens in {self.wall_s:.2f}s ({self.ms_per_token:.1f} ms/token), "
                 f"cloud-only, target calls/token {self.target_calls_per_token:.2f}"
+                + (f", seed {self.seed}" if self.seed is not None else "")
             )
         by_pos = " ".join(f"{rate:.2f}" for rate in self.acceptance_by_position)
         return (
@@ -143,5 +147,6 @@ class RequestStats:
             + (f", {self.ahead_hits} sent ahead / {self.discarded_blocks} discarded" if self.ahead_hits or self.discarded_blocks else "")
             + (f", {self.cloud_only_tokens} cloud-only tokens, {self.switches} switch(es)" if self.cloud_only_tokens else "")
             + (f", {self.resumes} resume(s)" if self.resumes else "")
+            + (f", seed {self.seed}" if self.seed is not None else "")
             + (f", moved {self.moves} time(s) (longest outage {max(self.move_outages_s, default=0) * 1000:.0f} ms)" if self.moves else "")
         )
