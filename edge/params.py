@@ -19,6 +19,7 @@ No numpy, torch or gRPC here: plain validated dataclasses.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 from dataclasses import dataclass
@@ -202,3 +203,12 @@ class GenerationParams(SamplingParams):
         if t == "auto":
             t = min(MAX_TEMPERATURE, max(MIN_TEMPERATURE, DRAFT_TEMPERATURE_RATIO * self.temperature))
         return SamplingParams(t, self.top_k, self.top_p, self.seed)
+
+
+def served_mode(params: GenerationParams, modes: tuple[str, ...]) -> GenerationParams:
+    """``params`` for a server that lists ``modes`` (``ServerInfo.modes``): coupled mode, new in
+    issue 26, falls back to exact on an older server (draws then keyed by round: the same
+    distribution, but a seed reproduces only at a fixed k). Otherwise ``params`` unchanged."""
+    if params.mode is Mode.COUPLED and Mode.COUPLED.value not in modes:
+        return dataclasses.replace(params, mode=Mode.EXACT)
+    return params

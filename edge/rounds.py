@@ -39,7 +39,7 @@ import numpy as np
 from edgespec.edge.errors import status_error
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.lookup_draft import LookupDraft
-from edgespec.edge.params import GenerationParams, Mode
+from edgespec.edge.params import GenerationParams, Mode, served_mode
 from edgespec.edge.planner import Path, Planner
 from edgespec.edge.policy import make_policy
 from edgespec.edge.sampling import PositionDraws, SparseDist, round_rng
@@ -90,6 +90,7 @@ class SpeculativeRun:
         planner: Planner | None = None,
         rtt_probe: Callable[[], Awaitable[float]] | None = None,
     ):
+        params = served_mode(params, info.modes)  # an older server: exact instead of coupled
         if params.lookup == "only":
             draft = LookupDraft(draft)  # no draft model: every draft comes from the context
         self.stub, self.draft, self.draft_thread = stub, draft, draft_thread

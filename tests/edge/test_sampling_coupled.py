@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.edge.params import GenerationParams, Mode, SamplingParams
+from edgespec.edge.params import GenerationParams, Mode, SamplingParams, served_mode
 from edgespec.edge.sampling import (
     PositionDraws,
     SparseDist,
@@ -169,3 +169,12 @@ def test_sampled_requests_default_to_coupled_mode():
     assert GenerationParams(temperature=0.8).mode is Mode.COUPLED
     assert GenerationParams().mode is Mode.GREEDY
     assert GenerationParams(temperature=0.8, mode="exact").mode is Mode.EXACT
+
+
+def test_an_older_server_without_coupled_mode_gets_exact():
+    params = GenerationParams(temperature=0.8)
+    older = served_mode(params, ("greedy", "exact", "token"))
+    assert older.mode is Mode.EXACT and older.seed == params.seed
+    assert served_mode(params, ("greedy", "exact", "token", "coupled")) is params
+    greedy = GenerationParams()
+    assert served_mode(greedy, ("greedy",)) is greedy
