@@ -28,7 +28,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--seeds", type=int, default=1, help="generations per prompt and mode (seeds 0..n-1)")
+    parser.add_argument("--seeds", type=int, default=1, help="generations per prompt and mode")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     args = parser.parse_args()
 
     address, stop = args.server, None
@@ -40,7 +41,7 @@ def main() -> None:
         with EdgeClient(address, args.models / "draft", timeout=60) as client:
             client.generate(prompts[0], max_new_tokens=8, temperature=args.temperature, k=args.k)  # warm-up
             for prompt in prompts:
-                for seed in range(args.seeds):
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
                     for mode in MODES:  # alternating: the same load on both
                         result = client.generate(prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                                  k=args.k, send_ahead=1, mode=mode, seed=seed, stop_token_ids=())
