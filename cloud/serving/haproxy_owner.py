@@ -14,6 +14,10 @@ the next Serve on the machine fails at start ("cannot bind socket").
 - stats and metrics ports from the caller or chosen free, in ``PORT_RANGE`` (outside Linux's
   ephemeral range, which Ray's processes draw from when they bind port 0, and outside Ray's
   worker and replica port ranges);
+- the ports of Serve's fallback proxy (where HAProxy sends what no replica takes directly) chosen
+  free too: Ray's defaults, 9500 (gRPC) and 8500 (HTTP), are bound with SO_REUSEPORT, so two
+  Serves on one machine both listened there and the kernel split connections between them (a
+  client of one reached the other's model: seen as "tokenizer mismatch" between concurrent tests);
 - those two listeners on loopback unless ``expose_stats``: Ray's template binds them on all
   interfaces, so ``RAY_SERVE_HAPROXY_BINARY_PATH`` points at a two-line wrapper that rewrites
   their ``bind`` lines in the config HAProxy is started with, then execs the real binary;
@@ -170,6 +174,8 @@ class HAProxyOwner:
     stats_port: int
     metrics_port: int
     expose_stats: bool = False
+    fallback_grpc_port: int = 0  # 0: Ray's default
+    fallback_http_port: int = 0
 
     @classmethod
     def claim(cls, *, stats_port: int | None = None, metrics_port: int | None = None, expose_stats: bool = False,
@@ -188,7 +194,9 @@ class HAProxyOwner:
             raise ValueError(f"HAProxy state directory {directory} is too long: its socket paths would be {longest} "
                              f"characters, HAProxy takes {SOCKET_PATH_MAX} (set EDGESPEC_STATE_DIR to a shorter path)")
         directory.mkdir(mode=0o700)
-        owner = cls(directory, stats_port, metrics_port, expose_stats)
+        fallback_grpc_port = free_port(avoid={stats_port, metrics_port})
+        fallback_http_port = free_port(avoid={stats_port, metrics_port, fallback_grpc_port})
+        owner = cls(directory, stats_port, metrics_port, expose_stats, fallback_grpc_port, fallback_http_port)
         if not expose_stats:
             from edgespec.cloud.serving.tls import haproxy_binary
 
@@ -213,6 +221,10 @@ class HAProxyOwner:
             "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(self.directory / "server-state"),
             "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(self.directory / "metrics.sock"),
         }
+        if self.fallback_grpc_port:
+            env["RAY_SERVE_FALLBACK_PROXY_GRPC_PORT"] = str(self.fallback_grpc_port)
+        if self.fallback_http_port:
+            env["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"] = str(self.fallback_http_port)
         if not self.expose_stats:
             env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(self.directory / "haproxy")
         return env
