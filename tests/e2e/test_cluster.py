@@ -75,7 +75,26 @@ class FakeCluster:
         assert started.returncode == 0, started.stderr[-2000:]
 
     def stop(self) -> None:
-        self.run("ray", "stop", "--force")
+        """This cluster's processes only (``ray stop`` would end every Ray on the machine, the
+        test process's own and other users' included): its GCS, raylets and dashboard name its
+        GCS port; their workers are their children."""
+        import psutil
+
+        mine = f"127.0.0.1:{self.gcs}", f"--gcs_server_port={self.gcs}", f"--port={self.gcs}"
+        doomed = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or ())
+            if any(marker in cmdline for marker in mine) and "pytest" not in cmdline:
+                try:
+                    doomed += [process, *process.children(recursive=True)]
+                except psutil.Error:
+                    pass
+        for process in doomed:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(doomed, timeout=10)
 
     def deploy(self, deployment: dict | None = None, **args) -> None:
         """`serve deploy` of cluster/serve-fake-gpu.yaml with the tiny target and ``args`` over its
@@ -153,8 +172,8 @@ def cluster(tiny_pair, tmp_path_factory):
         yield fake
     finally:
         fake.stop()
-        # `ray stop --force` kills the proxy actor but not the HAProxy it spawned: left behind,
-        # it holds the stats and metrics ports (8404, 9101) the next Serve's HAProxy binds.
+        # Killing the proxy actor leaves the HAProxy it spawned (re-parented to init): left
+        # behind, it would hold the stats and metrics ports the next Serve's HAProxy binds.
         kill_haproxy_started_since(started_at)
 
 
