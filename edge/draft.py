@@ -217,7 +217,9 @@ class DraftModel:
             logits = None if lookup_decides else self._feed(self.tokens[self.cache_len :])[-1]
             if sampling:
                 dist = self._draft_dist(logits, found, params, top_n, lookup_weight)
-                token = sample(dist, rng)  # NOTE: a point mass draws its uniform too: same stream either way
+                # NOTE: a point mass draws its uniform too: same stream either way. The context is
+                # the whole sequence, so len(tokens) is the absolute position (coupled draws).
+                token = sample(dist, rng, len(self.tokens))
                 q.append(dist)
             elif lookup_decides:
                 token = found

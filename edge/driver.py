@@ -39,7 +39,7 @@ import grpc
 from edgespec.edge.drafter import Drafter
 from edgespec.edge.drafting import BlockDrafter
 from edgespec.edge.lookup_draft import LookupDraft
-from edgespec.edge.params import GenerationParams, Mode
+from edgespec.edge.params import GenerationParams, served_mode
 from edgespec.edge.planner import Path as Route  # the planner's Path, named apart from pathlib.Path
 from edgespec.edge.planner import Planner
 from edgespec.edge.policies import Policies, RoundTiming
@@ -61,6 +61,7 @@ class Generation:
                  prompt_ids: list[int], params: GenerationParams, info: ServerInfo, *, timeout: float,
                  max_retries: int, planner: Planner | None = None,
                  rtt_probe: Callable[[], Awaitable[float]] | None = None, clock: Clock = time.perf_counter):
+        params = served_mode(params, info.modes)  # an older server: exact instead of coupled
         if params.lookup == "only":
             drafter = LookupDraft(drafter)  # no draft model: every draft comes from the context
         stop = drafter.eos_token_ids if params.stop_token_ids is None else params.stop_token_ids
@@ -73,7 +74,7 @@ class Generation:
         self.draft_thread, self.stub, self.rtt_probe, self.clock = draft_thread, stub, rtt_probe, clock
         self.params, self.info, self.timeout = params, info, timeout
         self.retries = Retries(max_retries, timeout, clock=clock)
-        self.stats = RequestStats()
+        self.stats = RequestStats(seed=None if params.is_greedy else params.seed)
         self.rounds: list[RoundRecord] = []
         self.segments: list[tuple[str, int]] = []  # (path, tokens) in the order they were produced
         self._last_verdict_at = 0.0
