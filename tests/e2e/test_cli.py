@@ -42,9 +42,11 @@ def test_generate_cli_json_matches_target(server, target_model):
 
 
 def test_generate_cli_streams_text_and_stats(server):
+    """A fixed k speculates from the first token (k=auto may stream cloud-only at first: its
+    choice, tested with a scripted link in test_links_features), so the rounds' stats print."""
     proc = run(
         [str(EDGESPEC), "generate", "--server", server.address, "--draft", str(server.pair.draft_dir),
-         "--prompt", PROMPTS[1], "--max-new-tokens", "12"]
+         "--prompt", PROMPTS[1], "--max-new-tokens", "12", "--k", "4"]
     )
     assert proc.returncode == 0, proc.stderr
     assert "mean acceptance length" in proc.stderr and "ms/token" in proc.stderr
