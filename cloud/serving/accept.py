@@ -312,6 +312,8 @@ def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tup
     for b, (row, row_logits) in enumerate(zip(rows, logits)):
         p[b, : row_logits.shape[0]] = target_probs(row_logits, row.sampling)
         if q is not None:
+            if row.q is None:
+                raise ValueError("an exact-mode row without q")  # session.py checks every exact block has it
             for i, (ids, probs) in enumerate(row.q):
                 q[b, i, torch.tensor(ids, dtype=torch.long)] = torch.tensor(probs, dtype=torch.float64)
     generators = [round_generator(row.sampling.seed, row.round_no) for row in rows]
