@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from edgespec.edge.openai_server import DeviceServer
 
     try:
-        client = EdgeClient(args.server, args.draft, api_key=args.api_key, tls=args.tls, ca_cert=args.ca_cert,
+        client = EdgeClient(args.server, args.draft, api_key=args.api_key, tls=args.tls or args.ca_cert is not None, ca_cert=args.ca_cert,
                             draft_threads=args.threads, providers=args.providers, timeout=args.timeout)
         server = DeviceServer((args.host, args.port), client, args.draft, model_name=args.model_name)
     except (EdgespecError, OSError, ValueError) as exc:
