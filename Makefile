@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   — set up .venv (with the real target imported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
 #   make test   — set up .venv, type-check the SDK and the verifier, run the test suite
+#   make bench  — the tuning report on the demo pair (runs/bench)
 # Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build).
 
 PYTHON ?= python3
@@ -45,6 +46,12 @@ typecheck: $(STAMP)
 # Pure-logic tests only (no Ray Serve, no model loaded, trained or exported): under 30 s.
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# The tuning report on the demo pair (models/demo), on a local Serve: baseline, sweeps, held-out
+# check, plots in runs/bench. Other modes: .venv/bin/edgespec bench --help.
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(VENV)/bin/edgespec bench report --prompts prompts/tuning.jsonl --held-out prompts/heldout.jsonl --out runs/bench $(BENCH_ARGS)
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

@@ -1,6 +1,6 @@
 """``edgespec link``: emulate a network link (delay, jitter, bandwidth, loss, faults) as a TCP proxy.
 
-    edgespec link --listen 9100 --upstream 127.0.0.1:9000 --profile 4g
+    edgespec link --listen 9100 --upstream 127.0.0.1:9000 --link 4g
     edgespec link --listen 9100 --upstream 127.0.0.1:9000 --rtt 80 --jitter 10 --bandwidth 5 --loss 0.5
 
 Runs until Ctrl-C; SIGUSR1 resets every connection, SIGUSR2 stalls forwarding
