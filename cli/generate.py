@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 from edgespec.edge.errors import EdgespecError
 from edgespec.edge.params import MODES
+from edgespec.edge.stops import StopMatcher
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None, help="the verifier's API key (default: $EDGESPEC_API_KEY)")
     parser.add_argument("--tls", action="store_true", help="connect with TLS (the system's roots, or --ca-cert)")
     parser.add_argument("--ca-cert", type=Path, default=None, help="PEM file of the CA that signed the server's certificate")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                        help="end the text before the first occurrence of TEXT (repeat for several); finish reason 'stop'")
     parser.add_argument("--json", action="store_true", help="print one JSON object (text, token_ids, stats) last")
 
 
@@ -53,25 +57,39 @@ def run(args: argparse.Namespace) -> int:
     try:
         with EdgeClient(args.server, args.draft, timeout=args.timeout, draft_threads=args.threads, providers=args.providers, api_key=args.api_key,
                         tls=args.tls or args.ca_cert is not None, ca_cert=args.ca_cert) as client:
+            matcher = StopMatcher(args.stop)
             if args.cloud_only:
                 result = client.generate_cloud(prompt, **params)
-                if not args.json:
-                    sys.stdout.write(result.text)
+                token_ids, segments = result.token_ids, result.segments
+                pieces = [result.text]
             else:
                 lookup = "only" if args.lookup_only else not args.no_lookup
                 draft_temperature = args.draft_temperature if args.draft_temperature == "auto" else float(args.draft_temperature)
-                stream = client.stream(prompt, k=args.k, mode=args.mode, lookup=lookup, draft_temperature=draft_temperature,
+                pieces = client.stream(prompt, k=args.k, mode=args.mode, lookup=lookup, draft_temperature=draft_temperature,
                                        **params)
-                for piece in stream:
-                    if not args.json:
-                        sys.stdout.write(piece)
+            with contextlib.nullcontext() if args.cloud_only else contextlib.closing(pieces):
+                for piece in pieces:
+                    out = matcher.feed(piece)
+                    if out and not args.json:
+                        sys.stdout.write(out)
                         sys.stdout.flush()
-                result = stream.result
+                    if matcher.stopped:
+                        break  # closing the stream ends the generation
+            tail = matcher.flush()
+            if tail and not args.json:
+                sys.stdout.write(tail)
+            if not args.cloud_only:
+                result, token_ids, segments = pieces.result, pieces.token_ids, pieces.segments
     except (EdgespecError, ValueError, FileNotFoundError) as exc:
         print(f"\nedgespec generate: {exc}", file=sys.stderr)
         return 1
+    # Cut at a stop string, a stream ends before its result exists: its stats end with it.
+    report = result.to_dict() if result is not None else {"token_ids": token_ids, "segments": [list(s) for s in segments]}
+    if matcher.stopped:
+        report.update(text=matcher.text, finish_reason="stop")
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps(report))
     else:
-        print(f"\n\n[{result.finish_reason}] {result.stats.summary()}", file=sys.stderr)
+        stats = result.stats.summary() if result is not None else f"{len(token_ids)} tokens, cut at a stop string"
+        print(f"\n\n[{report['finish_reason']}] {stats}", file=sys.stderr)
     return 0

@@ -47,6 +47,7 @@ CONFIG_FLAGS = {
     "device": str,
     "api_keys_file": str,
     "api_keys_env": str,
+    "first_message_timeout_s": float,  # --first-message-timeout-s: a stream's Open must arrive within it
 }
 FLAG_NAMES = {"api_keys_file": "--api-keys", "api_keys_env": "--api-keys-env", "torch_threads": "--threads"}
 DEPRECATED_FLAGS = {"--torch-threads": "torch_threads"}  # old spelling -> field

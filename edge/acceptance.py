@@ -1,15 +1,29 @@
-"""How likely a draft is to be worth speculating with: a Beta posterior on per-position acceptance.
+"""How likely a draft is to be worth speculating with, and what a block of k drafts commits.
 
-Each verified round with k drafts of which n were accepted is n successes and, if n < k, one
-failure (positions after the first rejection are not observed), as in ``policy.AdaptiveK``. With
-Jeffreys' prior Beta(1/2, 1/2) the acceptance a has the posterior
+Terms (as ``policy``): a round sends k drafts; n are accepted; it commits n + 1 tokens (the
+recovered or bonus token included). Position i of a block is *reached* when drafts 1..i-1 were
+accepted; its draft is then accepted or not. A round with n < k reached positions 1..n+1 and
+accepted 1..n; with n = k it reached and accepted all k.
 
-    a | rounds ~ Beta(1/2 + sum n, 1/2 + number of rounds with n < k)
+Two views of the same counts, rounds verified or replayed over a stream (``Replay``):
 
-Jeffreys' prior is U-shaped: a draft is usually either a model of the target (a ~ 0.6-0.9) or
-not one at all (a near 0, e.g. a pretrained model's first layers), rarely in between. Speculation
-can only win if a reaches the break-even acceptance a* of the link (``break_even``), so the
-posterior chance that it can win is P(a >= a* | rounds), the Beta's upper tail at a*.
+- pooled, over the last ``ROUNDS``: the per-position acceptance a with Jeffreys' prior,
+
+      a | rounds ~ Beta(1/2 + accepted drafts, 1/2 + rejected drafts)
+
+  Jeffreys' prior is U-shaped: a draft is usually a model of the target (a ~ 0.6-0.9) or not
+  one at all (a near 0), rarely in between. Speculation can only win if a reaches the link's
+  break-even a* (``break_even``): the chance it can win is the Beta's upper tail at a*.
+- by position, over the last ``LONG_ROUNDS`` (the recent ``ROUNDS`` counted twice):
+  c_i = P(draft i accepted | position i reached), each shrunk towards the pooled
+  mean by ``SHRINK`` pseudo-observations (a position seldom reached says little; one never
+  reached is the pooled mean). A round of k drafts then commits on average
+
+      E[tokens | k] = 1 + sum_{i=1..k} c_1 c_2 ... c_i
+
+  which, unlike the geometric (1 - a^(k+1)) / (1 - a), keeps what bursty text does: a draft
+  that got the first tokens of a passage right tends to get the next ones right too, so a
+  longer block commits more than a round of the first, short probing blocks suggests.
 """
 
 from __future__ import annotations
@@ -22,41 +36,157 @@ from edgespec.edge.policy import expected_tokens
 
 PRIOR = 0.5  # Jeffreys' prior: Beta(1/2, 1/2)
 ROUNDS = 16  # recent rounds (verified, or replayed over a stream) the posterior is computed over
+LONG_ROUNDS = 64  # rounds acceptance by position is computed over (the recent ones count twice)
+SHRINK = 4.0  # pseudo-observations pulling each position's acceptance towards the pooled mean
 
 
 @dataclass
 class Acceptance:
-    """The last ``ROUNDS`` rounds as (accepted drafts, rejections)."""
+    """The last ``LONG_ROUNDS`` rounds, each as (reached, accepted) counts per position
+    (fractional for rounds replayed from acceptance chances). The posterior is the last
+    ``ROUNDS``' (it must notice a draft gone bad within a few rounds); acceptance by position
+    counts the recent rounds twice and the older ones once (a forecast halfway between the
+    recent text and the long run: a hard passage does not last, nor an easy one)."""
 
-    rounds: deque = field(default_factory=lambda: deque(maxlen=ROUNDS))
+    history: deque = field(default_factory=lambda: deque(maxlen=LONG_ROUNDS))
+
+    @property
+    def rounds(self) -> list:
+        """The last ``ROUNDS`` rounds."""
+        return list(self.history)[-ROUNDS:]
 
     def add(self, accepted: int, k: int) -> None:
-        self.rounds.append((accepted, 1 if accepted < k else 0))
+        """A verified round: ``accepted`` of ``k`` drafts."""
+        reached = min(accepted + 1, k)
+        self.history.append(([1.0] * reached, [1.0] * accepted))
+
+    def add_counts(self, reached: list[float], accepted: list[float]) -> None:
+        """A replayed round (or an expected one): per position, how often reached and accepted."""
+        self.history.append((list(reached), list(accepted)))
 
     @property
     def posterior(self) -> tuple[float, float]:
-        """The Beta posterior's (alpha, beta) parameters."""
-        return PRIOR + sum(n for n, _ in self.rounds), PRIOR + sum(f for _, f in self.rounds)
+        """The pooled Beta posterior's (alpha, beta) parameters."""
+        accepted = sum(sum(a) for _, a in self.rounds)
+        rejected = sum(sum(r) for r, _ in self.rounds) - accepted
+        return PRIOR + accepted, PRIOR + max(rejected, 0.0)
+
+    @property
+    def mean(self) -> float:
+        alpha, beta = self.posterior
+        return alpha / (alpha + beta)
 
     def chance_at_least(self, a: float) -> float:
-        """P(acceptance >= a) under the posterior."""
+        """P(acceptance >= a) under the pooled posterior."""
         return beta_upper_tail(a, *self.posterior)
 
+    def by_position(self, k: int) -> list[float]:
+        """c_1..c_k: each position's acceptance given it was reached (see the module docstring)."""
+        reached, accepted = [0.0] * k, [0.0] * k
+        history = list(self.history)
+        for r, a in history + history[-ROUNDS:]:
+            for i in range(min(k, len(r))):
+                reached[i] += r[i]
+            for i in range(min(k, len(a))):
+                accepted[i] += a[i]
+        total = sum(reached)
+        mean = (sum(accepted) + PRIOR) / (total + 2 * PRIOR)
+        # NOTE: clamped below 1: a position measured always right is no proof of certainty.
+        return [min((accepted[i] + SHRINK * mean) / (reached[i] + SHRINK), 0.995) for i in range(k)]
+
+    def expected_tokens(self, k: int) -> float:
+        """Tokens a round of ``k`` drafts commits on average, from acceptance by position."""
+        total, survive = 1.0, 1.0
+        for c in self.by_position(k):
+            survive *= c
+            total += survive
+        return total
+
     def __len__(self) -> int:
-        return len(self.rounds)
+        return min(len(self.history), ROUNDS)
+
+
+class Replay:
+    """Rounds of ``k`` drafts replayed over a stream of tokens the device did not draft, from
+    each token's chance that a draft there would have been accepted (greedy: 1 where the draft
+    predicted the streamed token, else 0; sampled: see ``Planner.record_shadow_sampled``).
+
+    The state is the chance of each block position (and of the bonus token) at the next token,
+    so a chance of 0.6 sends 0.6 of the block on and ends 0.4 of it; with chances of 0 and 1
+    this is the exact replay of greedy rounds. Counts are handed out a round's worth at a time."""
+
+    def __init__(self, k: int):
+        self.k = max(1, int(k))
+        self.mass = [1.0] + [0.0] * (self.k - 1)  # mass[i]: i drafts of the block accepted so far
+        self.bonus = 0.0  # the block was accepted whole: the next token is its bonus
+        self._reset_counts()
+
+    def _reset_counts(self) -> None:
+        self.reached, self.accepted = [0.0] * self.k, [0.0] * self.k
+        self.ended = self.tokens = 0.0  # rounds ended, and the tokens they committed
+
+    def feed(self, chances: list[float]) -> list[tuple[list[float], list[float], float]]:
+        """Advances over the tokens; returns each full round's worth of (reached, accepted,
+        tokens committed) counts."""
+        out = []
+        k = self.k
+        for chance in chances:
+            p = min(max(float(chance), 0.0), 1.0)
+            mass, new = self.mass, [0.0] * k
+            new[0] = self.bonus  # the bonus token ends its round without a draft of its own
+            ended, tokens = self.bonus, self.bonus * (k + 1)
+            bonus = 0.0
+            for i, m in enumerate(mass):
+                if m <= 0.0:
+                    continue
+                self.reached[i] += m
+                self.accepted[i] += m * p
+                new[0] += m * (1 - p)  # rejected: the streamed token is the round's correction
+                ended += m * (1 - p)
+                tokens += m * (1 - p) * (i + 1)
+                if i + 1 < k:
+                    new[i + 1] += m * p
+                else:
+                    bonus += m * p
+            self.mass, self.bonus = new, bonus
+            self.ended += ended
+            self.tokens += tokens
+            if self.ended >= 1.0:
+                out.append((self.reached, self.accepted, self.tokens / self.ended))
+                self._reset_counts()
+        return out
+
+    def restart(self) -> tuple[list[float], list[float], float] | None:
+        """A gap in the stream (the shadow rested): the next token starts a fresh block. Returns
+        the counts of the round in progress (what was observed of it holds), if any."""
+        self.mass, self.bonus = [1.0] + [0.0] * (self.k - 1), 0.0
+        pending = None
+        if sum(self.reached) > 0:
+            pending = (self.reached, self.accepted, self.tokens / self.ended if self.ended else 0.0)
+        self._reset_counts()
+        return pending
 
 
 def break_even(tau_needed: float, max_k: int) -> float:
-    """The per-position acceptance at which a round of ``max_k`` drafts commits ``tau_needed``
-    tokens on average: 0 if one token a round is enough, 1 if not even max_k + 1 are."""
+    """The geometric per-position acceptance at which a round of ``max_k`` drafts commits
+    ``tau_needed`` tokens on average: 0 if one token a round is enough, 1 if not even max_k + 1
+    are."""
     if tau_needed <= 1.0:
         return 0.0
     if tau_needed >= max_k + 1:
         return 1.0
-    low, high = 0.0, 1.0
-    for _ in range(40):  # expected_tokens increases with a: bisect to ~1e-12
+    return bisect_acceptance(lambda a: expected_tokens(a, max_k) >= tau_needed)
+
+
+def bisect_acceptance(wins) -> float:
+    """The least a in [0, 1] with ``wins(a)`` true, for a ``wins`` that turns true once: 1 if
+    it never does."""
+    if not wins(0.999):
+        return 1.0
+    low, high = 0.0, 0.999
+    for _ in range(30):  # ~1e-9
         mid = 0.5 * (low + high)
-        low, high = (mid, high) if expected_tokens(mid, max_k) < tau_needed else (low, mid)
+        low, high = (low, mid) if wins(mid) else (mid, high)
     return high
 
 

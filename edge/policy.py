@@ -21,7 +21,7 @@ follow the text as it changes:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 class KPolicy(Protocol):
@@ -52,6 +52,48 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+def best_k(tokens: Callable[[int], float], cost_ms: Callable[[int], float], k_min: int, k_max: int) -> int:
+    """The k in [k_min, k_max] that commits the most tokens per millisecond: ``tokens(k)`` a
+    round's expected tokens, ``cost_ms(k)`` its time. The adaptive policy and the planner's
+    forecast both choose with it, so the planner predicts the k the policy will reach."""
+    best, best_rate = k_min, -1.0
+    for k in range(k_min, max(k_min, k_max) + 1):
+        rate = tokens(k) / max(cost_ms(k), 1e-6)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
+@dataclass
+class LinearFit:
+    """An exponentially weighted least-squares line y = base + slope * x (slope >= 0: more
+    drafts never cost less), for a cost against k."""
+
+    decay: float = 0.9
+    _w: float = 0.0
+    _wx: float = 0.0
+    _wxx: float = 0.0
+    _wy: float = 0.0
+    _wxy: float = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        d = self.decay
+        self._w, self._wx, self._wxx = d * self._w + 1.0, d * self._wx + x, d * self._wxx + x * x
+        self._wy, self._wxy = d * self._wy + y, d * self._wxy + x * y
+
+    @property
+    def empty(self) -> bool:
+        return self._w < 1e-9
+
+    def at(self, x: float, default: float) -> float:
+        if self.empty:
+            return default
+        mean_x, mean_y = self._wx / self._w, self._wy / self._w
+        var_x = self._wxx / self._w - mean_x**2
+        slope = (self._wxy / self._w - mean_x * mean_y) / var_x if var_x > 1e-6 else 0.0
+        return max(mean_y + max(slope, 0.0) * (x - mean_x), 0.0)
+
+
 class AdaptiveK:
     """Picks k to maximise expected tokens per millisecond, from measured a and costs."""
 
@@ -65,7 +107,11 @@ class AdaptiveK:
         prior_weight: float = 4.0,
         initial_draft_ms: float = 0.5,
         initial_round_ms: float = 10.0,
+        tokens: Callable[[int], float] | None = None,
     ):
+        """``tokens``: a round's expected tokens at k from elsewhere (the planner's acceptance by
+        position, ``Planner.expected_tokens``), so that the policy reaches the k the planner
+        predicts; None: the geometric formula at this policy's own alpha."""
         if not 1 <= k_min <= k_max:
             raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
         if not 0.0 < decay < 1.0:
@@ -74,9 +120,9 @@ class AdaptiveK:
         self.successes = prior_alpha * prior_weight
         self.trials = prior_weight
         self.draft_ms = initial_draft_ms
-        # Weighted sums for the least-squares fit of wait_ms = base + slope * k.
-        self._w = self._wk = self._wkk = self._wt = self._wkt = 0.0
+        self.wait = LinearFit(decay)  # wait_ms = base + slope * k
         self._initial_round_ms = initial_round_ms
+        self.tokens = tokens
 
     @property
     def alpha(self) -> float:
@@ -84,22 +130,13 @@ class AdaptiveK:
         return min(self.successes / self.trials, 0.999)
 
     def round_ms(self, k: int) -> float:
-        if self._w < 1e-9:
-            return self._initial_round_ms
-        mean_k, mean_t = self._wk / self._w, self._wt / self._w
-        var_k = self._wkk / self._w - mean_k**2
-        slope = (self._wkt / self._w - mean_k * mean_t) / var_k if var_k > 1e-6 else 0.0
-        slope = max(slope, 0.0)  # verification never gets cheaper with more drafts
-        return max(mean_t + slope * (k - mean_k), 0.0)
+        return self.wait.at(k, self._initial_round_ms)
 
     def next_k(self, limit: int) -> int:
         upper = max(self.k_min, min(self.k_max, limit))
-        best_k, best_rate = self.k_min, -1.0
-        for k in range(self.k_min, upper + 1):
-            rate = expected_tokens(self.alpha, k) / (self.round_ms(k) + k * self.draft_ms)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return min(best_k, max(1, limit))
+        tokens = self.tokens or (lambda k: expected_tokens(self.alpha, k))
+        k = best_k(tokens, lambda k: self.round_ms(k) + k * self.draft_ms, self.k_min, upper)
+        return min(k, max(1, limit))
 
     def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float) -> None:
         """Feeds one round's outcome; ``draft_ms`` None when it included a prompt prefill."""
@@ -108,11 +145,7 @@ class AdaptiveK:
         self.trials = d * self.trials + accepted + (1 if accepted < k else 0)
         if draft_ms is not None:
             self.draft_ms = d * self.draft_ms + (1 - d) * (draft_ms / max(k, 1))
-        self._w = d * self._w + 1.0
-        self._wk = d * self._wk + k
-        self._wkk = d * self._wkk + k * k
-        self._wt = d * self._wt + wait_ms
-        self._wkt = d * self._wkt + k * wait_ms
+        self.wait.add(k, wait_ms)
 
 
 def make_policy(k: int | str, *, k_max: int = 16) -> KPolicy:

@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny models (built once per session) and a Serve verifier (once per module)."""
+"""Shared fixtures: tiny models (built once per session) and a Serve verifier (started once for the modules that share it)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,17 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # The modules that use the shared verifier (the session-scoped ``server`` below) run last and
+    # together, so Ray and Serve start once for all of them: a module that starts a server of
+    # its own (a module-level ``server`` or ``start_server``) must not run while it is up.
+    shared = {item.module.__name__ for item in items if _uses_shared_server(item)}
+    items.sort(key=lambda item: item.module.__name__ in shared)  # stable: the order within is kept
+
+
+def _uses_shared_server(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get("server") if info is not None else None
+    return bool(definitions) and definitions[-1].scope == "session"
 
 
 @pytest.fixture(scope="session")
@@ -63,9 +74,11 @@ def tiny_pair(tmp_path_factory) -> ModelPair:
     return ModelPair(pair.target_dir, pair.draft_dir, draft_dir)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tiny_pair) -> Server:
-    """Ray + Serve + the verifier on the tiny target, started once per test module."""
+    """Ray + Serve + the verifier on the tiny target, started once for every module that uses
+    it (they run last, together: ``pytest_collection_modifyitems``). A module that needs other
+    settings starts its own server with ``start_server`` and stops it when it ends."""
     # A short batch wait: the tiny target's forward is so quick that, without it, concurrent
     # sessions on 2 loaded cores rarely overlap, and the padded batch path would go untested.
     srv = start_server(tiny_pair, max_sessions=16, max_batch_size=16, batch_wait_timeout_s=0.01)

@@ -143,6 +143,10 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibrations, i
     for result in spec:
         for path, count in result.segments:
             segments[path] += count
+    decisions = [switch_log(result) for result in spec]
+    for i, log in enumerate(decisions):
+        if log:
+            progress(f"  {profile.name} auto, prompt {i + 1}: " + "; ".join(decision_text(d) for d in log))
     variants, breakdown = {}, None
     for label, params in VARIANTS.items():
         before = _link_delays(harness)
@@ -172,6 +176,7 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibrations, i
         "speculative": spec_s.to_dict(),
         "cloud_only": cloud_s.to_dict(),
         "tokens_by_path": segments,
+        "decisions": decisions,
         "variants": variants,
         "send_ahead_gain": variants["adaptive_one_in_flight"]["ms_per_token"] / variants["adaptive_send_ahead"]["ms_per_token"],
         "tree_gain": variants["adaptive_one_in_flight"]["ms_per_token"] / variants["adaptive_tree"]["ms_per_token"],
@@ -191,6 +196,42 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibrations, i
         f"tree gain {row['tree_gain']:.2f}x, capacity {row['capacity_ratio']:.2f}x"
     )
     return row
+
+
+def switch_log(result) -> list[dict]:
+    """The planner's decisions of one request, as dicts (``planner.Switch``): from the result's
+    stats when they carry them (``switch_log``), else none."""
+    log = getattr(getattr(result, "stats", None), "switch_log", None) or getattr(result, "switch_log", None) or []
+    return [entry.to_dict() if hasattr(entry, "to_dict") else dict(entry) for entry in log]
+
+
+def decision_text(d: dict) -> str:
+    """One decision: where, which way, the two predictions (ms/token) that made it, and why."""
+    shown = lambda ms: "?" if ms is None else f"{ms:.1f}"  # noqa: E731
+    way = f"start {d['to_path']}" if not d.get("from_path") else f"@{d['at_token']} {d['from_path']} -> {d['to_path']}"
+    return (f"{way} (spec {shown(d.get('predicted_spec_ms_per_token'))} / cloud "
+            f"{shown(d.get('predicted_cloud_ms_per_token'))} ms/token: {d.get('reason', '')})")
+
+
+def decisions_markdown(rows: list[dict]) -> list[str]:
+    """The report's table of k=auto's decisions, per link and prompt (none: no lines)."""
+    decided = [(row["profile"], i, d) for row in rows for i, log in enumerate(row.get("decisions") or []) for d in log]
+    if not decided:
+        return []
+    shown = lambda ms: "n/a" if ms is None else f"{ms:.1f}"  # noqa: E731
+    lines = [
+        "",
+        "k=auto's decisions (the planner's switch log: each request's start and every switch, with the "
+        "predictions that made it):",
+        "",
+        "| link | prompt | at token | from | to | predicted speculative ms/token | predicted cloud-only ms/token | why |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for profile, i, d in decided:
+        lines.append(f"| {profile} | {i + 1} | {d['at_token']} | {d.get('from_path') or 'start'} | {d['to_path']} | "
+                     f"{shown(d.get('predicted_spec_ms_per_token'))} | {shown(d.get('predicted_cloud_ms_per_token'))} | "
+                     f"{d.get('reason', '')} |")
+    return lines
 
 
 def _link_delays(harness: Harness) -> tuple[float, int, int, float, int]:
@@ -298,6 +339,7 @@ def markdown(report: dict, config: LinksConfig, calibration_source: str) -> str:
             other = (row.get("other_ingresses") or {}).get(name)
             cells.append(f"{other['speedup_auto']:.2f}x" if other else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += decisions_markdown(rows)
     lines += [
         "",
         "Variants (always speculating, 1 thing changed): k=4 with one block in flight (the round-time breakdown below); "

@@ -7,9 +7,22 @@ token. The budget is the pool's size, so an admitted session never finds the poo
 The replica refuses (RESOURCE_EXHAUSTED) a session that would pass either budget, and one over
 its API key's quota (``auth.Quotas``), before any model work. Everything taken is given back by
 ``release``, whatever way the session ends.
+
+Before its Open, a stream is pending (``PendingOpens``): a silent stream holds nothing of the
+above, only one of ``max_pending_streams`` places (at most ``max_pending_streams_per_key`` of
+them per API key) until its Open arrives or ``first_message_timeout_s`` ends it. Serve's own
+request slots are sized for sessions plus pending streams (``config.max_ongoing_requests``), so
+the verifier, not Serve's queue, decides: a key's stream too many is refused at once, the
+replica's oldest waiting stream is shed for a new one, and a silent crowd never delays another
+device's Open or a session's verdicts.
 """
 
 from __future__ import annotations
+
+import asyncio
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
 
 import grpc
 
@@ -61,3 +74,96 @@ class Admission:
     @property
     def free_sessions(self) -> int:
         return max(self.max_sessions - self.active, 0)
+
+
+
+@dataclass(eq=False)
+class PendingPlace:
+    """One stream's place while it waits for its first message; ``deadline`` is the timeout
+    the stream waits under, which shedding moves to now."""
+
+    key_id: str | None
+    deadline: asyncio.Timeout | None = None
+    shed: bool = False
+
+    def shed_now(self) -> None:
+        self.shed = True
+        if self.deadline is not None:
+            try:
+                self.deadline.reschedule(asyncio.get_running_loop().time())
+            except RuntimeError:  # its wait has just ended: nothing to cut short
+                pass
+
+
+class PendingOpens:
+    """Streams started and waiting for their Open, bounded per API key and per replica.
+
+    ``waiting(key)`` holds a place for the time the stream's first message takes. Past the
+    key's bound the new stream is refused RESOURCE_EXHAUSTED before anything is read (one key's
+    silent streams are its own problem). Past the replica's bound the OLDEST waiting stream is
+    shed (its wait ends at once, ``PendingPlace.shed``): a device sends its Open within a round
+    trip of starting its stream, so a crowd of silent streams, from any number of keys or from
+    none (behind an ingress every stream has the same peer address), cannot keep a new device
+    out; it would have to start more than ``max_streams`` streams within that round trip.
+    """
+
+    def __init__(self, *, max_streams: int, max_per_key: int):
+        if max_streams < 1 or max_per_key < 1:
+            raise ValueError(f"max_pending_streams ({max_streams}) and max_pending_streams_per_key ({max_per_key}) must be >= 1")
+        self.max_streams, self.max_per_key = max_streams, max_per_key
+        self.refused = 0  # streams refused over their key's bound
+        self.shed = 0  # waiting streams shed for newer ones over the replica's bound
+        self._places: dict[PendingPlace, None] = {}  # oldest first
+        self._per_key: dict[str, int] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self._places)
+
+    @contextmanager
+    def waiting(self, key: ApiKey | None) -> Iterator[PendingPlace]:
+        place = self._take(key)
+        try:
+            yield place
+        finally:
+            self._drop(place)
+
+    def _take(self, key: ApiKey | None) -> PendingPlace:
+        key_id = key.key_id if key is not None else None
+        if key_id is not None and self._per_key.get(key_id, 0) >= self.max_per_key:
+            self.refused += 1
+            raise status_error(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"key {key_id!r} has {self.max_per_key} streams waiting for their Open on this replica, its limit "
+                f"(max_pending_streams_per_key): {SEND_OPEN_AT_ONCE}",
+            )
+        if len(self._places) >= self.max_streams:
+            oldest = next(iter(self._places))
+            self._drop(oldest)
+            oldest.shed_now()
+            self.shed += 1
+        place = PendingPlace(key_id)
+        self._places[place] = None
+        if key_id is not None:
+            self._per_key[key_id] = self._per_key.get(key_id, 0) + 1
+        return place
+
+    def _drop(self, place: PendingPlace) -> None:
+        if self._places.pop(place, False) is False:
+            return  # shed already
+        if place.key_id is not None:
+            self._per_key[place.key_id] -= 1
+            if not self._per_key[place.key_id]:
+                del self._per_key[place.key_id]
+
+
+SEND_OPEN_AT_ONCE = "a device sends its Open as the stream's first message, at once; retry after 1s"
+
+
+def shed_error(max_streams: int) -> Exception:
+    """The status of a waiting stream shed for a newer one (``PendingOpens``)."""
+    return status_error(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"stream shed: it sent no Open while {max_streams} newer streams waited for theirs on this replica "
+        f"(max_pending_streams): {SEND_OPEN_AT_ONCE}",
+    )

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, fields
 from typing import Any, Callable
 
-from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
+from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig, max_ongoing_requests
 from edgespec.cloud.serving.haproxy_owner import HAProxyOwner
 from edgespec.cloud.serving.ingress import configure_ingress, direct_endpoints, ingress_from_environment, resolve_ingress
 from edgespec.cloud.serving.servicers import SERVICER_FUNCTIONS
@@ -44,7 +44,7 @@ def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
     placement: dict[str, Any] = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
     return VerifierDeployment.options(
         **placement,
-        max_ongoing_requests=config.max_sessions + options.extra_ongoing_requests,
+        max_ongoing_requests=max_ongoing_requests(config, options),
         # Requests beyond max_ongoing_requests wait, a bounded few; the rest are refused at once.
         max_queued_requests=options.max_queued_requests,
         # A stopped replica's sessions move at their next round (drain.py); this bounds the wait.
@@ -88,7 +88,7 @@ def deployment_override(config: VerifierConfig, options: DeploymentOptions) -> d
     return {
         "name": DEPLOYMENT_NAME,
         **placement,
-        "max_ongoing_requests": config.max_sessions + options.extra_ongoing_requests,
+        "max_ongoing_requests": max_ongoing_requests(config, options),
         "max_queued_requests": options.max_queued_requests,
         "graceful_shutdown_timeout_s": options.graceful_shutdown_timeout_s,
         "ray_actor_options": {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options},

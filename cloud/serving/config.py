@@ -44,8 +44,17 @@ class VerifierConfig:
         session_idle_timeout_s: a session that sends nothing for this long is closed
             (DEADLINE_EXCEEDED) and its KV cache freed.
         first_message_timeout_s: a stream whose first message (the Open) does not arrive
-            within this time is closed (DEADLINE_EXCEEDED): silent connections cannot hold
-            request slots.
+            within this time is closed (DEADLINE_EXCEEDED). A device sends its Open as soon as
+            the stream starts (one round trip); 2 s leaves room for a slow link without
+            letting silent streams linger.
+        max_pending_streams: streams that have started but whose Open has not arrived yet,
+            per replica; past it the oldest of them is shed (RESOURCE_EXHAUSTED) for the new
+            one. Serve's request slots are sized to hold these on top of max_sessions
+            (``max_ongoing_requests``), so silent streams can never take the slot a session
+            or a new device's Open needs (see ``admission.PendingOpens``).
+        max_pending_streams_per_key: the same bound per API key (with keys configured), where
+            one more is refused at once (RESOURCE_EXHAUSTED): one key's silent streams take at
+            most this many places, never another key's.
         api_keys_file: YAML/JSON file of API keys (``cloud/serving/auth.py``), re-read when it
             changes; with it (or ``api_keys_env``) every request needs a key.
         api_keys_env: name of an environment variable holding the same mapping as JSON.
@@ -86,7 +95,9 @@ class VerifierConfig:
     engine_process: bool = False
     profile_cpu: bool = False
     max_tree_tokens: int = 32
-    first_message_timeout_s: float = 10.0
+    first_message_timeout_s: float = 2.0
+    max_pending_streams: int = 64
+    max_pending_streams_per_key: int = 8
     api_keys_file: str = ""
     api_keys_env: str = ""
     allow_unauthenticated: bool = False
@@ -112,7 +123,7 @@ class VerifierConfig:
         for name in ("first_message_timeout_s", "model_stuck_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
-        _positive(self, "max_kv_bytes", "max_q_entries")
+        _positive(self, "max_kv_bytes", "max_q_entries", "max_pending_streams", "max_pending_streams_per_key")
         if self.api_keys_file and not Path(self.api_keys_file).is_file():
             raise ValueError(f"api_keys_file: {self.api_keys_file!r} is not a file")
         if self.max_tree_tokens < 0:
@@ -155,7 +166,8 @@ class DeploymentOptions:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     # Streams, Generate calls, Info and health checks all count against Serve's
-    # max_ongoing_requests; leave room above max_sessions for the short calls.
+    # max_ongoing_requests (``max_ongoing_requests()``): room above max_sessions and
+    # max_pending_streams for the short calls.
     extra_ongoing_requests: int = 16
     # Requests waiting for one of those slots; beyond this many Serve refuses at once
     # (RESOURCE_EXHAUSTED) instead of queueing without bound.
@@ -204,6 +216,15 @@ class DeploymentOptions:
             low, high = self.autoscaling_config.get("min_replicas", 1), self.autoscaling_config.get("max_replicas", "?")
             return f"{low}-{high} (autoscaling)"
         return str(self.num_replicas or 1)
+
+
+def max_ongoing_requests(config: VerifierConfig, options: DeploymentOptions) -> int:
+    """Serve's request slots per replica: every session, every stream still waiting for its
+    Open and the short calls. The verifier itself refuses (RESOURCE_EXHAUSTED, at once)
+    sessions over max_sessions and waiting streams over max_pending_streams, so Serve's slots
+    never run out first: a stream that got one is answered by the verifier, not left in
+    Serve's queue behind silent streams."""
+    return config.max_sessions + config.max_pending_streams + options.extra_ongoing_requests
 
 
 # Serve's AutoscalingConfig fields that a deployment may set (ray 2.60).

@@ -13,7 +13,9 @@ A replica that Serve stops (scale-down, redeploy) drains without losing a token
 UNAVAILABLE, new sessions are refused with UNAVAILABLE, and devices reopen elsewhere at once.
 
 No client can wedge the replica: a stream must send its Open within
-``first_message_timeout_s`` and then a message every ``session_idle_timeout_s``; admission
+``first_message_timeout_s`` and then a message every ``session_idle_timeout_s``; streams still
+waiting for their Open are bounded per key (one more is refused at once) and per replica (the
+oldest is shed), ``PendingOpens``, so silent ones never hold the request slots sessions need; admission
 (``admission.py``) bounds sessions, KV bytes and each key's share; messages over the cap or
 not valid protobuf are refused by value (``servicers.py``); a row that fails fails only its
 session; the health check fails when the model thread is stuck.
@@ -26,6 +28,7 @@ client that goes away is no error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -37,7 +40,7 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 from ray import serve
 
 from edgespec.cloud.serving import codec
-from edgespec.cloud.serving.admission import Admission
+from edgespec.cloud.serving.admission import Admission, PendingOpens, shed_error
 from edgespec.cloud.serving.cpu_ledger import CpuLedger
 from edgespec.cloud.serving.auth import ApiKey, KeyRing, is_loopback_peer
 from edgespec.cloud.serving.drain import DrainWatch, draining_error, is_draining_error
@@ -113,6 +116,8 @@ class VerifierDeployment:
         self.admission = Admission(max_sessions=self.config.max_sessions, max_kv_bytes=info.kv_pool_bytes,
                                    kv_bytes_per_token=info.kv_bytes_per_token, page_tokens=info.kv_page_tokens,
                                    round_tokens=self.config.round_tokens)
+        self.pending = PendingOpens(max_streams=self.config.max_pending_streams,
+                                    max_per_key=self.config.max_pending_streams_per_key)
         if self.keys.enabled:
             from edgespec.cloud.serving.fleet_quota import FleetQuota
 
@@ -144,7 +149,7 @@ class VerifierDeployment:
         try:
             key = self._authenticate(grpc_context)
             while True:
-                request = await self._next_message(requests, first=session is None)
+                request = await self._next_message(requests, first=session is None, key=key)
                 if request is None:
                     break
                 started = self.ledger.clock()
@@ -235,16 +240,28 @@ class VerifierDeployment:
         """The replica's CPU ledger (``cpu_ledger.py``): read through a Serve handle by ``bench overhead``."""
         return self.ledger.snapshot()
 
-    async def _next_message(self, requests: AsyncIterator[pb.SessionRequest], *, first: bool) -> pb.SessionRequest | None:
+    async def _next_message(self, requests: AsyncIterator, *, first: bool, key: ApiKey | None = None,
+                            expecting: str = "Open"):
+        """The stream's next message; the first one within first_message_timeout_s, holding one of
+        the places of streams waiting for their first message (``PendingOpens``: refused at once
+        over its key's bound; over the replica's, the oldest waiting stream is shed)."""
         timeout = self.config.first_message_timeout_s if first else self.config.session_idle_timeout_s
+        place = None
         try:
-            async with asyncio.timeout(timeout):
-                return await requests.__anext__()
+            with self.pending.waiting(key) if first else contextlib.nullcontext() as place:
+                async with asyncio.timeout(timeout) as deadline:
+                    if place is not None:
+                        place.deadline = deadline  # shedding it for a newer stream moves this to now
+                    return await requests.__anext__()
         except StopAsyncIteration:
             return None
         except TimeoutError:
-            what = "no Open within" if first else "session idle for more than"
-            raise status_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{what} {timeout:g}s: closed; {RECONNECT}") from None
+            if place is not None and place.shed:
+                raise shed_error(self.pending.max_streams) from None
+            session = expecting == "Open"
+            what = f"no {expecting} within" if first else f"{'session' if session else 'stream'} idle for more than"
+            then = RECONNECT if session else "open a new stream and send at once"
+            raise status_error(grpc.StatusCode.DEADLINE_EXCEEDED, f"{what} {timeout:g}s: closed; {then}") from None
 
     def _moving(self, finished: bool, *, generate: bool) -> bool:
         """Whether this answer tells its session to move: the replica drains and the session
@@ -366,18 +383,24 @@ class VerifierDeployment:
     async def ServerReflectionInfo(self, requests, grpc_context=None):
         """Server reflection, v1 and v1alpha (the same messages on the wire), behind the API key."""
         try:
-            self._authenticate(grpc_context)
+            key = self._authenticate(grpc_context)
         except ServerError as exc:
             raise self._status(grpc_context, exc, "reflection") from None
 
         async def checked():
-            async for request in requests:
+            # The same deadlines and bound on silent streams as a session's (a silent stream holds a request slot).
+            first = True
+            while (request := await self._next_message(requests, first=first, key=key, expecting="request")) is not None:
+                first = False
                 if isinstance(request, Malformed):
                     raise self._fail(grpc_context, grpc.StatusCode.INVALID_ARGUMENT, f"ServerReflectionRequest: {request.reason}")
                 yield request
 
-        async for response in self._reflection.ServerReflectionInfo(checked(), grpc_context):
-            yield response
+        try:
+            async for response in self._reflection.ServerReflectionInfo(checked(), grpc_context):
+                yield response
+        except ServerError as exc:
+            raise self._status(grpc_context, exc, "reflection", key) from None
 
     def check_health(self) -> None:
         """Serve restarts a replica whose engine died or whose model thread is stuck."""

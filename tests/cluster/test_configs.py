@@ -106,4 +106,4 @@ def test_print_config_is_a_serve_deploy_config(tmp_path, capsys):
     assert app["args"] == {"model": str(tmp_path), "max_sessions": 8}
     (override,) = app["deployments"]
     assert override["autoscaling_config"]["max_replicas"] == 4 and override["ray_actor_options"]["num_gpus"] == 1
-    assert override["max_ongoing_requests"] == 8 + 16 and config["grpc_options"]["port"] == 9100
+    assert override["max_ongoing_requests"] == 8 + 64 + 16 and config["grpc_options"]["port"] == 9100

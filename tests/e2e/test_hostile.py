@@ -15,7 +15,7 @@ import time
 import grpc
 import pytest
 import yaml
-from helpers import start_server, stop_server
+from helpers import reference_greedy, start_server, stop_server
 from helpers.raw import Session as RawSession
 from helpers.raw import check_healthy_device, healthy_device, open_msg
 
@@ -195,6 +195,23 @@ def test_reflection_needs_a_key_and_answers_with_one(channel, healthy, service):
     assert files[0].file_descriptor_response.file_descriptor_proto
 
 
+def test_a_silent_reflection_stream_is_closed_within_the_first_message_deadline(channel, healthy):
+    import queue
+
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    call = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+    never: queue.Queue = queue.Queue()
+    replies = call(iter(never.get, None), metadata=md(), timeout=30)
+    try:
+        refused(lambda: next(replies), grpc.StatusCode.DEADLINE_EXCEEDED, "no request within", within=FIRST_MESSAGE_S + FAST_S)
+    finally:
+        never.put(None)
+        replies.cancel()
+
+
 def test_health_needs_no_key(channel, healthy):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -311,6 +328,132 @@ def test_unauthenticated_silent_streams_are_refused_at_once(stub, healthy):
     for s in streams:
         refused(s.reply, grpc.StatusCode.UNAUTHENTICATED, within=FAST_S + 5)
     assert time.monotonic() - started < FAST_S + 5
+
+
+SILENT_CROWD = 200
+STALL_BOUND_S = 2.0  # the goal: the healthy session's longest gap, and a new Open's answer
+
+
+class TimedDevice:
+    """A well-behaved device generating over and over on its own thread, noting on its own clock
+    when each generation starts and when each piece of text arrives (a piece is a verdict's
+    tokens), so a stall shows as the longest gap between two of those moments."""
+
+    def __init__(self, server):
+        import threading
+
+        self.server, self.moments, self.results, self.errors = server, [], [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        from helpers import PROMPTS
+
+        try:
+            with EdgeClient(self.server.address, self.server.pair.draft_dir, api_key=HEALTHY) as client:
+                ids = client.encode(PROMPTS[0])
+                while not self.stop.is_set():
+                    self.moments.append(time.perf_counter())
+                    with client.stream(ids, max_new_tokens=40, k=2, stop_token_ids=()) as stream:
+                        for _ in stream:
+                            self.moments.append(time.perf_counter())
+                    self.results.append((ids, stream.token_ids))
+        except Exception as exc:
+            self.errors.append(exc)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        moments = [start, *(t for t in self.moments if start < t < end), end]
+        return max(b - a for a, b in zip(moments, moments[1:]))
+
+
+def hold_silent_streams(address: str, count: int, hold_s: float) -> list[tuple[str, float]]:
+    """``count`` Session streams with a valid key that never send, over connections of 50 streams
+    each (an attacker is not bound by one connection's HTTP/2 stream limit); returns how each
+    ended (status code name, or "held" if it was still open after ``hold_s``) and when."""
+    import asyncio
+
+    async def attack():
+        channels = [grpc.aio.insecure_channel(address) for _ in range(-(-count // 50))]
+        started = time.perf_counter()
+
+        async def one(i: int):
+            call = pb_grpc.SpeculativeStub(channels[i // 50]).Session(metadata=md(GOOD))
+            try:
+                await asyncio.wait_for(call.read(), hold_s)
+                return "replied", time.perf_counter() - started
+            except asyncio.TimeoutError:
+                call.cancel()
+                return "held", hold_s
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name, time.perf_counter() - started
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(count)))
+        finally:
+            for channel in channels:
+                await channel.close()
+
+    return asyncio.run(attack())
+
+
+def new_device_open(address: str, info, key: str) -> tuple[float, str]:
+    """Another device's Open over its own connection: seconds to the answer, and the answer
+    ("opened" or the status code's name)."""
+    with grpc.insecure_channel(address) as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        session = RawSession(pb_grpc.SpeculativeStub(channel), md(key))
+        started = time.perf_counter()
+        session.send(open=open_msg(info))
+        try:
+            answer = "opened" if session.reply().HasField("opened") else "other"
+        except grpc.RpcError as exc:
+            answer = exc.code().name
+        elapsed = time.perf_counter() - started
+        session.close()
+        return elapsed, answer
+
+
+def test_two_hundred_silent_streams_stall_no_one(server, info, healthy, target_model):
+    """More silent streams than Serve's slots and queue hold (issue 23): the verifier refuses
+    those over its bound on streams waiting for their Open at once, so a healthy session's
+    verdicts and a new device's Open are never queued behind them."""
+    import threading
+
+    device = TimedDevice(server)
+    try:
+        deadline = time.monotonic() + 60
+        while len(device.results) < 2 and not device.errors and time.monotonic() < deadline:
+            time.sleep(0.1)  # its first generations: the draft and the channel are warm
+        ends: list = []
+        attack = threading.Thread(target=lambda: ends.extend(
+            hold_silent_streams(server.address, SILENT_CROWD, FIRST_MESSAGE_S + 2.5)))
+        start = time.perf_counter()
+        attack.start()
+        probes = []
+        time.sleep(0.3)
+        while attack.is_alive():
+            probes.append(("healthy", *new_device_open(server.address, info, HEALTHY)))
+            probes.append(("attacker's key", *new_device_open(server.address, info, GOOD)))
+            time.sleep(0.2)
+        attack.join()
+        gap = device.longest_gap(start, time.perf_counter())
+    finally:
+        device.stop.set()
+        device.thread.join(timeout=60)
+    outcomes = {code: sum(1 for c, _ in ends if c == code) for code, _ in ends}
+    print(f"{SILENT_CROWD} silent streams: healthy longest gap {gap:.2f}s, new Opens {[(w, round(s, 2), a) for w, s, a in probes]},"
+          f" silent streams ended {outcomes}")
+    # Each silent stream was refused at once or closed at the first-message deadline; none held a slot longer.
+    assert set(outcomes) <= {"RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}, outcomes
+    assert max(t for _, t in ends) < FIRST_MESSAGE_S + FAST_S
+    assert probes and all(answer in ("opened", "RESOURCE_EXHAUSTED") for _, _, answer in probes), probes
+    assert all(answer == "opened" for who, _, answer in probes if who == "healthy"), probes
+    assert max(seconds for _, seconds, _ in probes) <= STALL_BOUND_S, probes
+    assert gap <= STALL_BOUND_S, f"the healthy session waited {gap:.2f}s between verdicts"
+    assert not device.errors, device.errors
+    expected = reference_greedy(target_model, device.results[0][0], 40)
+    assert device.results and all(tokens == expected for _, tokens in device.results)
 
 
 def open_until_refused(stub, info, attempts: int, held: list, **open_fields) -> grpc.RpcError | None:

@@ -43,3 +43,16 @@ def test_text_that_only_looked_like_a_stop_is_released():
     out, tail, stopped = feed_all(["END"], ["the E", "nd!"])
     assert "".join(out) + tail == "the End!" and not stopped
     assert feed_all([], ["a", "b"]) == (["a", "b"], "", False)
+
+
+def test_the_earliest_stop_string_wins_whichever_is_listed_first():
+    out, tail, stopped = feed_all(["world", "lo"], ["hello world"])
+    assert "".join(out) + tail == "hel" and stopped
+
+
+def test_chat_has_no_default_limit_and_max_completion_tokens_wins():
+    assert generation_params({"temperature": 0}, chat=True) == {"max_new_tokens": None}
+    assert generation_params({"temperature": 0, "max_completion_tokens": 5, "max_tokens": 9}, chat=True)["max_new_tokens"] == 5
+    assert generation_params({"temperature": 0})["max_new_tokens"] == 16  # completions: OpenAI's 16
+    assert generation_params({"temperature": 0.5, "top_k": 40})["top_k"] == 40
+    assert "top_k" not in generation_params({"temperature": 0.5, "top_k": -1})  # vLLM's "off"

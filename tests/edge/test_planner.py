@@ -7,9 +7,12 @@ import pytest
 from edgespec.edge.planner import Path, Planner
 
 
-def speculating(planner: Planner, *, rtt: float, forward: float, tokens: int, rounds: int = 8, device: float = 2.0):
+def speculating(planner: Planner, *, rtt: float, forward: float, tokens: int, rounds: int = 8, device: float = 2.0,
+                k: int | None = None):
+    """Rounds of ``k`` drafts (default: tokens - 1, every draft accepted) committing ``tokens``."""
     for _ in range(rounds):
-        planner.record_round(wall_ms=rtt + forward + device, wait_ms=rtt + forward, forward_ms=forward, tokens=tokens)
+        planner.record_round(wall_ms=rtt + forward + device, wait_ms=rtt + forward, forward_ms=forward, tokens=tokens,
+                             k=k or max(tokens - 1, 1))
 
 
 def test_nothing_measured_means_speculate_and_learn():
@@ -30,11 +33,26 @@ def test_a_satellite_round_trip_starts_cloud_only_a_lan_one_speculates():
 def test_speculation_is_left_when_it_measures_slower_than_cloud_only():
     planner = Planner()
     planner.begin(Path.SPECULATIVE)
-    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=2)
-    assert not planner.should_switch(Path.SPECULATIVE, 100)  # too few rounds in this segment
-    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=6)
+    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=1, k=4)
+    assert not planner.should_switch(Path.SPECULATIVE, 100)  # the first round rode with the Open
+    speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=1, k=4)
+    # Beating a 16 ms stream over a 200 ms round trip takes ~14 tokens a round, a per-position
+    # acceptance of 0.97: two rounds that accepted 2 of 4 rule it out.
+    assert planner.break_even() > 0.95 and planner.unpromising()
     assert planner.should_switch(Path.SPECULATIVE, 100)
+    assert planner.switch_log[-1].reason.startswith("unpromising")
     assert not planner.should_switch(Path.SPECULATIVE, 3)  # nothing left to gain
+
+
+def test_a_fair_draft_is_left_on_its_measured_rate():
+    """A draft with a fair chance to win that measures slower, round after round."""
+    planner = Planner()
+    planner.record_decode(15.0)
+    planner.begin(Path.SPECULATIVE)
+    speculating(planner, rtt=40.0, forward=15.0, tokens=3, rounds=3, k=4)  # 19 ms/token
+    assert not planner.unpromising() and not planner.should_switch(Path.SPECULATIVE, 100)  # too few rounds
+    speculating(planner, rtt=40.0, forward=15.0, tokens=3, rounds=5, k=4)
+    assert planner.should_switch(Path.SPECULATIVE, 100)
 
 
 def test_cloud_only_is_left_when_the_link_gets_fast_again():
@@ -46,12 +64,14 @@ def test_cloud_only_is_left_when_the_link_gets_fast_again():
     assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # no round-trip probe in this segment yet
     planner.record_rtt(300.0)
     assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # slow link: stay
-    for _ in range(4):
+    for _ in range(2):
         planner.record_rtt(4.0)
-    assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # one good probe in a window of slow ones is no trend
-    for _ in range(4):
-        planner.record_rtt(4.0)
-    assert planner.should_switch(Path.CLOUD_ONLY, 200)  # (4 + 15 + 2) / 5 = 4.2 ms/token beats 16
+    assert not planner.should_switch(Path.CLOUD_ONLY, 200)  # two good probes in a window of slow ones are no trend
+    planner.record_rtt(4.0)
+    assert planner.should_switch(Path.CLOUD_ONLY, 200)  # three of five: the median is 4 ms, and 16 tokens a round win
+    switch = planner.switch_log[-1]
+    assert (switch.from_path, switch.to_path) == ("cloud_only", "speculative")
+    assert switch.predicted_spec_ms_per_token < 16.0 == switch.predicted_cloud_ms_per_token
 
 
 def test_fixed_modes_never_switch():
@@ -127,9 +147,13 @@ def test_a_stream_the_draft_predicts_well_brings_speculation_back():
 
 def test_a_switch_must_repay_its_cost():
     planner = Planner()
-    speculating(planner, rtt=60.0, forward=15.0, tokens=4)  # 19.25 ms/token
+    planner.record_forward(15.0)
+    planner.record_rtt(60.0)
     planner.begin(Path.SPECULATIVE)
-    speculating(planner, rtt=60.0, forward=15.0, tokens=4)
+    # The Open's round carries the replica's prefill (30 ms beyond a round trip and a forward):
+    # what a switch pays again.
+    planner.record_round(wall_ms=110.0, wait_ms=105.0, forward_ms=15.0, tokens=4, k=6)
+    speculating(planner, rtt=60.0, forward=15.0, tokens=4, rounds=7, k=6)  # 19.25 ms/token: 3 of 6 accepted
     planner.record_cloud_rate(15.0 * 20, 20)
     assert planner.switch_cost_ms() == pytest.approx(60.0 + 30.0, rel=0.05)
     assert planner.should_switch(Path.SPECULATIVE, 100)  # 100 x 4.25 ms gained
@@ -139,15 +163,15 @@ def test_a_switch_must_repay_its_cost():
 def test_predictions_learn_how_far_the_measurement_was_from_them():
     planner = Planner()
     planner.begin(Path.SPECULATIVE)
-    planner.record_round(wall_ms=900.0, wait_ms=880.0, forward_ms=15.0, tokens=4)  # the Open's round: not the rate
+    planner.record_round(wall_ms=900.0, wait_ms=880.0, forward_ms=15.0, tokens=4, k=3)  # the Open's round: not the rate
     for rtt in (20.0, 20.0, 120.0, 20.0, 20.0, 20.0, 20.0, 20.0):  # one loss stall: trimmed, the median misses it
-        planner.record_round(wall_ms=rtt + 15.0 + 2.0, wait_ms=rtt + 15.0, forward_ms=15.0, tokens=4)
+        planner.record_round(wall_ms=rtt + 15.0 + 2.0, wait_ms=rtt + 15.0, forward_ms=15.0, tokens=4, k=3)
     assert planner.est.rtt_ms.value == 20.0 and planner.est.spec_bias == pytest.approx(1.0)
     assert planner.est.spec.trimmed == pytest.approx(37.0 / 4)
-    for rtt in (120.0, 20.0, 20.0, 120.0):  # stalls are frequent now: the prediction learns them
-        planner.record_round(wall_ms=rtt + 15.0 + 2.0, wait_ms=rtt + 15.0, forward_ms=15.0, tokens=4)
-    window = [20.0] * 6 + [120.0]  # the last 8 round trips, the slowest dropped
-    assert planner.est.spec_bias == pytest.approx((sum(window) / 7 + 17.0) / (20.0 + 17.0), rel=0.01)
+    for rtt in (120.0, 20.0, 20.0, 120.0, 20.0, 120.0):  # stalls are frequent now: the prediction learns them
+        planner.record_round(wall_ms=rtt + 15.0 + 2.0, wait_ms=rtt + 15.0, forward_ms=15.0, tokens=4, k=3)
+    assert planner.est.rtt_ms.value == 20.0  # three of the last five round trips were fast...
+    assert planner.est.spec_bias > 1.3  # ...but the rounds measured slower than predicted: the bias says so
     assert planner.predicted_speculative() == pytest.approx(planner.est.spec_bias * planner.predicted_speculative(corrected=False))
 
 

@@ -44,3 +44,15 @@ def test_make_policy():
     assert make_policy("3").next_k(8) == 3
     with pytest.raises(ValueError):
         make_policy("many")
+
+
+def test_adaptive_k_can_choose_by_the_planners_acceptance_by_position():
+    """Bursty text: the first draft of a block is often wrong, the later ones seldom; a policy
+    told the expected tokens by position (``Planner.expected_tokens``) reaches a longer k than
+    the geometric formula at the same mean acceptance."""
+    def by_position(k: int) -> float:  # c_1 = 0.6, then 0.95 a position
+        return 1.0 + sum(0.6 * 0.95 ** (i - 1) for i in range(1, k + 1))
+
+    geometric = AdaptiveK(prior_alpha=0.7, initial_draft_ms=0.5, initial_round_ms=20.0)
+    told = AdaptiveK(prior_alpha=0.7, initial_draft_ms=0.5, initial_round_ms=20.0, tokens=by_position)
+    assert told.next_k(16) > geometric.next_k(16)

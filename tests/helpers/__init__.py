@@ -39,6 +39,11 @@ def start_server(pair: ModelPair, **config_overrides) -> Server:
     from edgespec.cloud.serving.app import init_ray, serve_verifier
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
+    import ray
+
+    if ray.is_initialized():
+        raise RuntimeError("a server is already running in this test process: stop_server() it first "
+                           "(modules using the shared `server` fixture run last, see tests/conftest.py)")
     metrics_port = free_port()
     init_ray(num_cpus=4, metrics_export_port=metrics_port)
     port = free_port()

@@ -1,0 +1,238 @@
+"""What each path will cost per token, from what the device measured (``estimates``): the
+predictions the planner decides on (``planner.Planner``; its docstring has the formulas).
+
+Predictions are computed once per new measurement (``_changed`` drops them), and the
+break-even acceptance a* once per distinct set of costs: the planner is asked on every
+streamed token and every round, on a device's Python.
+"""
+
+from __future__ import annotations
+
+import math
+
+from edgespec.edge.acceptance import bisect_acceptance
+from edgespec.edge.estimates import Estimates
+from edgespec.edge.policy import best_k, expected_tokens
+
+
+class Forecast:
+    """The predictions; ``Planner`` adds what is measured and what is decided."""
+
+    PRIOR_ACCEPTANCE = 0.7  # per-position acceptance assumed before any round is measured
+    DEVICE_MS = (1.5, 0.25)  # a round's device time before any is measured: base + per draft
+    PREFILL_FORWARDS = 4  # the replica's prefill in verify forwards, until a first round measures it
+    REST_CHANCE = 0.01  # below this chance that the draft can win, the shadow rests (looks now and then)...
+    REST_DRAFTS = 12  # ...once this many drafts were observed (two rejections in a row are no verdict)
+    LEARN_DRAFTS = 48  # drafts observed before the shadow's cost is bounded by...
+    SHADOW_SHARE = 0.03  # the shadow's device time, at most this share of the stream's time...
+    SHADOW_PERIOD = 256  # ...and while the draft is unpromising: streamed tokens per look...
+    SHADOW_LOOK = 16  # ...of which the draft is run over the last this many
+    SHADOW_CONTEXT = 16  # tokens of context a look re-reads (``rounds.SHADOW_CONTEXT``)
+
+    def __init__(self, *, max_depth: int = 4):
+        self.max_depth = max_depth
+        self.est = Estimates()
+        self._max_k = 16  # the server's max_k, told by first_path
+        self._cache: dict = {}  # predictions, computed once per new measurement
+        self._break_even: dict[tuple, float] = {}  # a* by its inputs (``break_even``)
+
+    def _changed(self) -> None:
+        self._cache.clear()
+
+    def _cached(self, key, compute):
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def device_ms(self, k: int) -> float:
+        base, per_draft = self.DEVICE_MS
+        return self.est.device.at(k, base + per_draft * k)
+
+    def verify_ms(self, k: int) -> float | None:
+        """The replica's verify forward over a block of k (fitted on k once rounds are measured)."""
+        forward = self.est.forward_ms.value
+        return None if forward is None else self.est.forward_fit.at(k, forward)
+
+    def fresh_round_ms(self, k: int) -> float | None:
+        """A round whose block waits for the verdict before it: round trip + forward + device."""
+        rtt, forward = self.est.rtt_ms.value, self.verify_ms(k)
+        if rtt is None or forward is None:
+            return None
+        return rtt + forward + self.device_ms(k)
+
+    def _round_costs(self) -> list[tuple[float, float]] | None:
+        """Per k (index k - 1): (a fresh round, a round whose block was sent ahead and held).
+        A held block is verified right after its predecessor, costing a forward and the device's
+        time, but no more than ``depth`` blocks travel in one round trip. None until the round
+        trip and the forward are known."""
+        def compute():
+            if self.fresh_round_ms(1) is None:
+                return None
+            depth, ahead = self.depth(), self.est.chain_valid is not None
+            out = []
+            for k in range(1, self._max_k + 1):
+                fresh = self.fresh_round_ms(k)
+                held = max(self.verify_ms(k) + self.device_ms(k), fresh / depth) if ahead and depth > 1 else fresh
+                out.append((fresh, held))
+            return out
+        return self._cached("costs", compute)
+
+    def _effective_round(self, k: int, holds: float) -> float | None:
+        """A round at k when its block holds with chance ``holds`` (sent ahead)."""
+        costs = self._round_costs()
+        if costs is None:
+            return None
+        fresh, held = costs[max(1, min(int(k), self._max_k)) - 1]
+        return holds * held + (1 - holds) * fresh
+
+    def _by_position(self) -> list[float]:
+        """c_1..c_(max_k + 1): measured, else the prior's."""
+        if not len(self.est.acceptance):
+            return [self.PRIOR_ACCEPTANCE] * (self._max_k + 1)
+        return self._cached("by_position", lambda: self.est.acceptance.by_position(self._max_k + 1))
+
+    def _tokens_and_holds(self) -> tuple[list[float], list[float]]:
+        """Per k (index k, 1..max_k): E[tokens | k] and the chance a block of k sent ahead holds."""
+        def compute():
+            c = self._by_position()
+            tokens, holds, survive = [1.0], [0.0], 1.0
+            for k in range(1, self._max_k + 1):
+                survive *= c[k - 1]
+                tokens.append(tokens[-1] + survive)
+                holds.append(survive * c[k])
+            return tokens, holds
+        return self._cached("tokens", compute)
+
+    def expected_tokens(self, k: int) -> float:
+        """A round of ``k`` drafts' expected tokens from acceptance by position (the prior's
+        before any is measured): what ``policy.AdaptiveK(tokens=...)`` may choose k by."""
+        return self._tokens_and_holds()[0][max(1, min(int(k), self._max_k))]
+
+    def reachable_k(self) -> int | None:
+        """The k the adaptive policy settles on from the acceptance measured so far."""
+        def compute():
+            if self._round_costs() is None:
+                return None
+            tokens, holds = self._tokens_and_holds()
+            return best_k(lambda k: tokens[k], lambda k: self._effective_round(k, holds[k]), 1, self._max_k)
+        return self._cached("k", compute)
+
+    def predicted_round_ms(self, k: int | None = None) -> float | None:
+        """A speculative round's wall time at ``k`` (default: the k the policy reaches)."""
+        k = k or self.reachable_k()
+        if k is None:
+            return None
+        k = max(1, min(int(k), self._max_k))
+        return self._effective_round(k, self._tokens_and_holds()[1][k])
+
+    def predicted_speculative(self, tau: float | None = None, *, corrected: bool = True) -> float | None:
+        """ms/token of speculation at the k the policy reaches (``tau`` given: a round of
+        max_k drafts committing ``tau`` tokens), times the measured bias when ``corrected``."""
+        bias = self.est.spec_bias if corrected else 1.0
+        if tau is not None:
+            round_ms = self._effective_round(self._max_k, 1.0 if tau >= self._max_k + 1 else 0.0)
+            return None if round_ms is None else round_ms / tau * bias
+        k = self.reachable_k()
+        if k is None:
+            return None
+        return self.predicted_round_ms(k) / self._tokens_and_holds()[0][k] * bias
+
+    def speculative_ms_per_token(self) -> float | None:
+        """Measured while speculating, else predicted."""
+        return self.est.spec.trimmed if len(self.est.spec) >= self.MIN_ROUNDS else self.predicted_speculative()
+
+    def stream_ms_per_token(self) -> float | None:
+        """The stream's own rate: measured (first token to last), else the replica's decoding step."""
+        est = self.est
+        if est.cloud_ms_per_token is not None:
+            return est.cloud_ms_per_token
+        if est.decode_ms is not None:
+            return est.decode_ms + 1.0  # the replica's decoding step + a message's cost
+        forward = est.forward_ms.value  # a verify forward: more tokens than a decoding step
+        return None if forward is None else forward + 1.0
+
+    def cloud_ms_per_token(self) -> float | None:
+        """Cloud-only's cost per token: the stream's rate and the shadow draft's device time over
+        its share of the stream (counted whole: where the device's cores also carry the stream,
+        as on one machine, it competes with it; the share keeps it under ``SHADOW_SHARE``)."""
+        stream = self.stream_ms_per_token()
+        shadow = self.est.shadow_ms.value
+        if stream is None or shadow is None:
+            return stream
+        return stream + self.shadow_share(stream) * shadow
+
+    def speculation_wins_at(self, a: float) -> bool:
+        """Whether a draft of geometric per-position acceptance ``a`` beats the stream."""
+        return self._wins_at(a, self._round_costs(), self.stream_ms_per_token())
+
+    def _wins_at(self, a: float, costs, cloud: float) -> bool:
+        best = math.inf
+        for k, (fresh, held) in enumerate(costs, 1):
+            holds = a ** (k + 1)
+            best = min(best, (holds * held + (1 - holds) * fresh) / expected_tokens(a, k))
+        return best <= cloud
+
+    def break_even(self) -> float | None:
+        """a*: the least per-position acceptance at which speculation (at its best k, with the
+        cost model above) beats the stream."""
+        cloud, costs = self.stream_ms_per_token(), self._round_costs()
+        if costs is None or cloud is None:
+            return None
+        # NOTE: the figures move a little with every token and round; 0.2% of any is no news, so
+        # a* is kept by its inputs at that grain, across measurements (a bisection per round is
+        # a millisecond of a device's Python).
+        grain = lambda ms: round(math.log(max(ms, 1e-3)) * 500)  # noqa: E731
+        key = (grain(cloud),) + tuple(grain(ms) for pair in costs for ms in pair)
+        if key not in self._break_even:
+            if len(self._break_even) > 256:
+                self._break_even.clear()
+            self._break_even[key] = bisect_acceptance(lambda a: self._wins_at(a, costs, cloud))
+        return self._break_even[key]
+
+    def chance_to_win(self) -> float | None:
+        """The posterior chance that the draft's per-position acceptance reaches the break-even
+        a* (``break_even``). None until the round and the stream are both known."""
+        a_star = self.break_even()
+        if a_star is None:
+            return None
+        return self._cached(("chance", a_star), lambda: self.est.acceptance.chance_at_least(a_star))
+
+    def drafts_observed(self) -> float:
+        """Drafts (verified or replayed) the acceptance estimates rest on."""
+        alpha, beta = self.est.acceptance.posterior
+        return alpha + beta - 1.0
+
+    def shadow_share(self, stream_ms: float | None = None) -> float:
+        """The share of streamed tokens the shadow runs over (looks included): all of them while
+        the draft is little known (fewer than ``LEARN_DRAFTS`` observed) or while that costs
+        under ``SHADOW_SHARE`` of the stream's time, else that share; while the draft can
+        hardly win (below ``REST_CHANCE``, ``REST_DRAFTS`` observed) at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``."""
+        share = 1.0
+        stream_ms = stream_ms or self.est.cloud_ms_per_token or self.est.decode_ms
+        shadow_ms = self.est.shadow_ms.value
+        if shadow_ms and stream_ms and self.drafts_observed() >= self.LEARN_DRAFTS:
+            share = min(1.0, self.SHADOW_SHARE * stream_ms / shadow_ms)
+        chance = self.chance_to_win()
+        if chance is not None and chance < self.REST_CHANCE and self.drafts_observed() >= self.REST_DRAFTS:
+            share = min(share, (self.SHADOW_LOOK + self.SHADOW_CONTEXT) / self.SHADOW_PERIOD)
+        return share
+
+    def switch_cost_ms(self) -> float:
+        """What a switch costs: the round trip that opens the other stream and the replica's
+        prefill of the context (measured on first rounds, else a few forwards), before the other
+        path's first token."""
+        prefill = self.est.prefill_ms.value
+        if prefill is None:  # a prompt's prefill costs several forwards (10 on the demo pair)
+            prefill = self.PREFILL_FORWARDS * (self.est.forward_ms.value or 0.0)
+        return (self.est.rtt_ms.value or 0.0) + prefill
+
+    def depth(self) -> int:
+        """Blocks to keep in flight: enough to cover the round trip while ahead blocks hold."""
+        est = self.est
+        rtt, forward = est.rtt_ms.value, est.forward_ms.value
+        if rtt is None or forward is None:
+            return 2
+        if est.chain_valid is not None and est.chain_valid < 0.15:
+            return 1  # sent-ahead blocks are nearly always discarded: drafting them is waste
+        per_block = forward + self.device_ms(4)
+        return max(2, min(self.max_depth, 1 + math.ceil(rtt / max(per_block, 1.0))))
