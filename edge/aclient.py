@@ -17,13 +17,13 @@ from typing import Any, AsyncIterator, Callable, Sequence
 
 import grpc
 
-from edgespec.edge.cloud_only import CloudOnlyRun
 from edgespec.edge.detok import IncrementalDecoder
 from edgespec.edge.draft import DraftModel
+from edgespec.edge.driver import Clock, Generation
 from edgespec.edge.errors import EdgespecError, TokenizerMismatchError
 from edgespec.edge.params import GenerationParams
 from edgespec.edge.planner import Planner
-from edgespec.edge.rounds import SpeculativeRun, path_mode
+from edgespec.edge.policies import path_mode
 from edgespec.edge.transport import Retries
 from edgespec.edge.types import Result, ServerInfo
 from edgespec.edge.wire import server_info
@@ -111,7 +111,9 @@ class AsyncEdgeClient:
 
     ``api_key`` (default: the EDGESPEC_API_KEY environment variable) goes in every call's
     metadata; ``tls=True`` connects with TLS, trusting ``ca_cert`` (a PEM file) or the system's
-    roots; ``credentials`` gives any other grpc.ChannelCredentials instead.
+    roots; ``credentials`` gives any other grpc.ChannelCredentials instead. ``clock`` (seconds,
+    ``time.perf_counter`` by default) is every time reading of the generation loop and the
+    planner's probes: round trips, waits, drafting, the stream's rate (a test passes a scripted one).
     """
 
     def __init__(
@@ -128,13 +130,14 @@ class AsyncEdgeClient:
         channel_options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
         draft_threads: int = 1,
         providers: Sequence[str] | None = None,
+        clock: Clock = time.perf_counter,
     ):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.server = server
-        self.timeout, self.max_retries = timeout, max_retries
+        self.timeout, self.max_retries, self.clock = timeout, max_retries, clock
         credentials = credentials or channel_credentials(tls, ca_cert)
         self.draft = draft if isinstance(draft, DraftModel) else DraftModel(draft, threads=draft_threads, providers=providers)
         options = list(channel_options)
@@ -173,9 +176,9 @@ class AsyncEdgeClient:
 
     async def probe_rtt(self) -> float:
         """One Info round trip, in ms (the planner's view of the link while streaming cloud-only)."""
-        started = time.perf_counter()
+        started = self.clock()
         await self._stub.Info(pb.InfoRequest(), timeout=self.timeout)
-        return (time.perf_counter() - started) * 1000
+        return (self.clock() - started) * 1000
 
     async def planner(self, params: GenerationParams) -> Planner:
         """The planner for this kind of request; a new one starts from the server's step times
@@ -188,9 +191,9 @@ class AsyncEdgeClient:
         key = (mode, params.mode, params.temperature, params.lookup)
         if key not in self._planners:
             planner = Planner(mode)
-            warm, started = self._info is not None, time.perf_counter()
+            warm, started = self._info is not None, self.clock()
             info = await self.info(refresh=True)  # the replica's current forward and decode costs
-            info_ms = (time.perf_counter() - started) * 1000
+            info_ms = (self.clock() - started) * 1000
             planner.record_forward(info.forward_ms)
             planner.record_decode(info.decode_ms)
             if mode == "auto":
@@ -207,7 +210,7 @@ class AsyncEdgeClient:
             try:
                 return await call()
             except grpc.RpcError as exc:
-                await retries.wait(exc)  # raises the typed error when giving up
+                await asyncio.sleep(retries.decide(exc).delay_s)  # raises the typed error when giving up
 
     # ---- generation ---------------------------------------------------------------------
 
@@ -233,21 +236,15 @@ class AsyncEdgeClient:
 
     async def generate_cloud(self, prompt: str | Sequence[int], **params: Any) -> Result:
         """Cloud-only generation (the Generate RPC): the baseline, and the fallback."""
-        prompt_ids = self.encode(prompt)
-        gen = GenerationParams(**params)
-        await self.info()
-        stop = self.draft.eos_token_ids if gen.stop_token_ids is None else gen.stop_token_ids
-        run = CloudOnlyRun(
-            self._stub, prompt_ids, gen.sampling, self.draft.manifest.tokenizer_fingerprint,
-            max_new_tokens=gen.max_new_tokens, stop_token_ids=stop, timeout=self.timeout, max_retries=self.max_retries,
+        return await self.generate(prompt, **{**params, "speculate": False})
+
+    def _generation(self, prompt_ids: list[int], params: GenerationParams, info: ServerInfo, planner: Planner) -> Generation:
+        return Generation(
+            self._stub,
+            self.draft.fork(),  # each generation its own context and cache, shared weights
+            self._draft_thread, prompt_ids, params, info,
+            timeout=self.timeout, max_retries=self.max_retries, planner=planner, rtt_probe=self.probe_rtt, clock=self.clock,
         )
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        async for _ in run.chunks():
-            pass
-        run.stats.wall_s = loop.time() - started
-        text = self.draft.tokenizer.decode(run.generated, skip_special_tokens=True)  # no <|im_end|> in any text
-        return Result(text=text, token_ids=run.generated, prompt_ids=prompt_ids, finish_reason=run.finish_reason, stats=run.stats)
 
 
 class AsyncTextStream:
@@ -257,7 +254,7 @@ class AsyncTextStream:
         self._client, self._prompt_ids, self._params = client, prompt_ids, params
         self._decoder = IncrementalDecoder(client.draft.tokenizer)
         self._iterator: AsyncIterator[str] | None = None
-        self._run: SpeculativeRun | None = None
+        self._run: Generation | None = None
         self.result: Result | None = None
 
     @property
@@ -278,18 +275,7 @@ class AsyncTextStream:
     async def _pieces(self) -> AsyncIterator[str]:
         client = self._client
         info = await client.info()
-        run = self._run = SpeculativeRun(
-            client._stub,
-            client.draft.fork(),  # each generation its own context and cache, shared weights
-            client._draft_thread,
-            self._prompt_ids,
-            self._params,
-            info,
-            timeout=client.timeout,
-            max_retries=client.max_retries,
-            planner=await client.planner(self._params),
-            rtt_probe=client.probe_rtt,
-        )
+        run = self._run = client._generation(self._prompt_ids, self._params, info, await client.planner(self._params))
         try:
             async for tokens in run.chunks():
                 piece = self._decoder.push(tokens)
@@ -305,7 +291,7 @@ class AsyncTextStream:
             yield tail
         self.result = self._result(run, finish_reason=run.finish_reason)
 
-    def _result(self, run: SpeculativeRun, finish_reason: str) -> Result:
+    def _result(self, run: Generation, finish_reason: str) -> Result:
         return Result(
             text=self._decoder.text,
             token_ids=list(run.generated),

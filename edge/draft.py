@@ -39,6 +39,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from edgespec.edge.drafter import Proposal
 from edgespec.edge.eos import eos_token_ids
 from edgespec.edge.graph import empty_past, open_session, run_graph, verify_graph_files
 from edgespec.edge.lookup import LookupConfig, lookup_next
@@ -51,29 +52,14 @@ from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_finge
 
 
 @dataclass
-class Proposal:
-    tokens: list[int]  # d1..dk
-    q: list[SparseDist] | None  # the distribution each draft was sampled from; None when greedy
-    draft_ms: float  # wall time of the k forwards and the sampling
-    # Greedy with ``alternatives``: per draft, (the runner-up token, how sure the draft was of
-    # its choice: the model's probability of it). Where context lookup chose the draft, the
-    # runner-up is the model's own argmax.
-    alternatives: list[tuple[int, float]] | None = None
-
-
-@dataclass
 class DraftStats:
-    """Counters since construction; rates are derived here and only here."""
+    """Counters since construction (a request's drafting rate is ``RequestStats.draft_ms_per_token``)."""
 
     proposals: int = 0
     forwards: int = 0
     fed_tokens: int = 0  # tokens pushed through the model (context prefill included)
     drafted_tokens: int = 0
     draft_ms: float = 0.0
-
-    @property
-    def ms_per_draft_token(self) -> float:
-        return self.draft_ms / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
 def _runner_up(logits: np.ndarray, chosen: int, model_token: int) -> tuple[int, float]:
@@ -122,7 +108,7 @@ class DraftModel:
         self.vocab_size: int = self.manifest.vocab_size
         # Every end token: the manifest's, and what the directory's own files declare (a draft
         # exported before the full rule, edgespec.edge.eos, recorded fewer).
-        self._eos_token_ids = list(dict.fromkeys(self.manifest.eos_token_ids + eos_token_ids(self.model_dir, self.vocab_size)))
+        self.eos_token_ids: list[int] = list(dict.fromkeys(self.manifest.eos_token_ids + eos_token_ids(self.model_dir, self.vocab_size)))
         verify_graph_files(self.model_dir, self.manifest)
         self.session = self._open_session(threads, providers)
         self.stats = DraftStats()
@@ -140,7 +126,7 @@ class DraftModel:
         clone = object.__new__(DraftModel)
         clone.model_dir, clone.manifest, clone.tokenizer = self.model_dir, self.manifest, self.tokenizer
         clone.vocab_size, clone.session = self.vocab_size, self.session
-        clone._eos_token_ids = self._eos_token_ids
+        clone.eos_token_ids = self.eos_token_ids
         clone.stats = DraftStats()
         clone.tokens, clone.cache_len, clone._past = [], 0, []
         clone.reset([])
@@ -160,15 +146,6 @@ class DraftModel:
         return session
 
     # -- context --------------------------------------------------------------------------
-
-    @property
-    def eos_token_ids(self) -> list[int]:
-        """The ids that end a generation (the default stop tokens)."""
-        return list(self._eos_token_ids)
-
-    @property
-    def draft_ms_per_token(self) -> float:
-        return self.stats.ms_per_draft_token
 
     def reset(self, context_ids: Sequence[int]) -> None:
         """Starts a new context with an empty cache; the context is fed by the next propose."""
@@ -202,7 +179,8 @@ class DraftModel:
     def propose(
         self,
         k: int,
-        params: SamplingParams | None = None,
+        *,
+        sampling: SamplingParams | None = None,
         rng: np.random.Generator | None = None,
         top_n: int = 0,
         lookup: LookupConfig | None = None,
@@ -211,10 +189,10 @@ class DraftModel:
     ) -> Proposal:
         """Drafts ``k`` tokens after the context and appends them to ``tokens``.
 
-        Greedy (``params`` None or temperature 0): argmax, ``q`` is None, ``rng`` unused.
-        Sampling: each draft is drawn from ``truncate_top_n(probs_from_logits(logits, params), top_n)``
+        Greedy (``sampling`` None or temperature 0): argmax, ``q`` is None, ``rng`` unused.
+        Sampling: each draft is drawn from ``truncate_top_n(probs_from_logits(logits, sampling), top_n)``
         and that sparse distribution is returned in ``q`` (the verifier needs exactly it).
-        ``rng`` defaults to ``round_rng(params.seed, stats.proposals)``; pass the session's
+        ``rng`` defaults to ``round_rng(sampling.seed, stats.proposals)``; pass the session's
         per-round generator to make rounds reproducible.
         ``lookup``: where the context's suffix occurred before (see ``edgespec.edge.lookup``),
         greedy drafts the token that followed it instead of the argmax; sampling draws from
@@ -224,19 +202,10 @@ class DraftModel:
         ``alternatives`` (greedy only): also return each position's runner-up (``Proposal``),
         the material of a tree draft.
         """
-        if not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
-        if not self.tokens:
-            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
-        # Positions up to len(tokens) + k - 2 are fed; the last draft is not.
-        self._check_length(len(self.tokens) + k - 1, f"the context plus k={k} drafts")
-        sampling = params is not None and not params.is_greedy
+        self._ready_to_draft(k)
+        params, sampling = sampling, sampling is not None and not sampling.is_greedy
         if sampling and rng is None:
             rng = round_rng(params.seed, self.stats.proposals)
-        if self.cache_len == len(self.tokens):
-            # Everything is cached (after a rollback into the cache): re-feed the last token,
-            # since the cache keeps keys/values, not the logits that follow them.
-            self._trim_cache(self.cache_len - 1)
         started = time.perf_counter()
         drafts: list[int] = []
         q: list[SparseDist] = []
@@ -247,20 +216,14 @@ class DraftModel:
             # Pending tokens wait for the next forward: one forward over several costs about one.
             logits = None if lookup_decides else self._feed(self.tokens[self.cache_len :])[-1]
             if sampling:
-                if lookup_decides:
-                    dist = point_mass(found)
-                else:
-                    dist = truncate_top_n(probs_from_logits(logits, params), top_n)
-                    if found is not None:
-                        dist = mix_point_mass(dist, found, lookup_weight, top_n)
+                dist = self._draft_dist(logits, found, params, top_n, lookup_weight)
                 token = sample(dist, rng)  # NOTE: a point mass draws its uniform too: same stream either way
                 q.append(dist)
             elif lookup_decides:
                 token = found
             else:
-                token = model_token = int(np.argmax(logits))
-                if found is not None:
-                    token = found
+                model_token = int(np.argmax(logits))
+                token = model_token if found is None else found
                 if alternatives:
                     runners_up.append(_runner_up(logits, token, model_token))
             self.tokens.append(token)
@@ -271,6 +234,29 @@ class DraftModel:
         self.stats.draft_ms += elapsed_ms
         return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms,
                         alternatives=runners_up if alternatives and not sampling else None)
+
+    def _ready_to_draft(self, k: int) -> None:
+        """Checks ``k`` and the context, and leaves a token to feed: the next forward yields logits."""
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if not self.tokens:
+            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
+        # Positions up to len(tokens) + k - 2 are fed; the last draft is not.
+        self._check_length(len(self.tokens) + k - 1, f"the context plus k={k} drafts")
+        if self.cache_len == len(self.tokens):
+            # Everything is cached (after a rollback into the cache): re-feed the last token,
+            # since the cache keeps keys/values, not the logits that follow them.
+            self._trim_cache(self.cache_len - 1)
+
+    @staticmethod
+    def _draft_dist(logits: np.ndarray | None, found: int | None, params: SamplingParams, top_n: int,
+                    lookup_weight: float) -> SparseDist:
+        """The q a sampled draft is drawn from: the model's (top_n), the lookup's point mass
+        (``logits`` None: the lookup alone decides), or their mixture."""
+        if logits is None:
+            return point_mass(found)
+        dist = truncate_top_n(probs_from_logits(logits, params), top_n)
+        return dist if found is None else mix_point_mass(dist, found, lookup_weight, top_n)
 
     def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]:
         """Appends tokens the device did not draft (streamed by the cloud) and returns what greedy

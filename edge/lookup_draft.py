@@ -9,7 +9,7 @@ still commits the target's token, as a cloud step does: one forward, one token.
 
 In the sampling modes each draft's q is a point mass on it (``point_mass``): exact mode
 accepts it with probability p(x) and recovers from p without x, so the output follows p.
-The interface is ``DraftModel``'s, as far as the generation loop uses it.
+It implements the ``Drafter`` protocol (``edgespec.edge.drafter``), as ``DraftModel`` does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec.edge.draft import DraftModel, Proposal, checked_token_ids
+from edgespec.edge.draft import DraftModel, checked_token_ids
+from edgespec.edge.drafter import Proposal
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import point_mass, sample
@@ -34,12 +35,9 @@ class LookupDraft:
         self.model = model
         self.manifest, self.tokenizer = model.manifest, model.tokenizer
         self.vocab_size = model.vocab_size
+        self.eos_token_ids = model.eos_token_ids
         self.config = config or LookupConfig()
         self.tokens: list[int] = []
-
-    @property
-    def eos_token_ids(self) -> list[int]:
-        return self.model.eos_token_ids
 
     def fork(self) -> "LookupDraft":
         return LookupDraft(self.model, self.config)
@@ -65,7 +63,8 @@ class LookupDraft:
     def propose(
         self,
         k: int,
-        params: SamplingParams | None = None,
+        *,
+        sampling: SamplingParams | None = None,
         rng: np.random.Generator | None = None,
         top_n: int = 0,
         lookup: LookupConfig | None = None,
@@ -79,7 +78,7 @@ class LookupDraft:
             raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
         if alternatives:
             raise ValueError("a lookup-only draft has no runner-up tokens: tree drafts need the draft model")
-        sampling = params is not None and not params.is_greedy
+        sampling = sampling is not None and not sampling.is_greedy
         if sampling and rng is None:
             raise ValueError("sampling needs the round's generator (rng)")
         started = time.perf_counter()

@@ -53,6 +53,17 @@ def _is_int(value) -> TypeGuard[int]:
     return not isinstance(value, bool) and hasattr(value, "__index__")
 
 
+def parse_k(k: int | str) -> int | str:
+    """Drafts per round as given (an integer, its digits, or "auto"): an int >= 1 or "auto"."""
+    if isinstance(k, str) and k != "auto":
+        if not k.isdigit():
+            raise ValueError(f"k must be a positive integer or 'auto', got {k!r}")
+        k = int(k)
+    if k != "auto" and (not _is_int(k) or k < 1):
+        raise ValueError(f"k must be a positive integer or 'auto', got {k!r}")
+    return k
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How a token is chosen from logits; validated on construction (errors name the field).
@@ -146,13 +157,7 @@ class GenerationParams(SamplingParams):
         if mode is not Mode.GREEDY and self.is_greedy:
             raise ValueError(f"mode {mode.value!r} samples: set temperature > 0, or use mode 'greedy'")
         object.__setattr__(self, "mode", mode)
-        if isinstance(self.k, str):
-            if self.k != "auto" and not self.k.isdigit():
-                raise ValueError(f"k must be a positive integer or 'auto', got {self.k!r}")
-            if self.k.isdigit():
-                object.__setattr__(self, "k", int(self.k))
-        if not isinstance(self.k, str) and (not _is_int(self.k) or self.k < 1):
-            raise ValueError(f"k must be an integer >= 1 or 'auto', got {self.k!r}")
+        object.__setattr__(self, "k", parse_k(self.k))
         if self.stop_token_ids is not None:
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         if self.speculate not in (True, False, "auto"):

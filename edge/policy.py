@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from edgespec.edge.params import parse_k
+
 
 class KPolicy(Protocol):
     def next_k(self, limit: int) -> int: ...
@@ -149,11 +151,6 @@ class AdaptiveK:
 
 
 def make_policy(k: int | str, *, k_max: int = 16) -> KPolicy:
-    """``k`` is a number (fixed) or "auto" (adaptive)."""
-    if isinstance(k, str):
-        if k == "auto":
-            return AdaptiveK(k_max=k_max)
-        if not k.isdigit():
-            raise ValueError(f"k must be a positive integer or 'auto', got {k!r}")
-        k = int(k)
-    return FixedK(int(k))
+    """``k`` is a number (fixed) or "auto" (adaptive); ``params.parse_k`` reads it."""
+    k = parse_k(k)
+    return AdaptiveK(k_max=k_max) if k == "auto" else FixedK(int(k))

@@ -2,8 +2,8 @@
 
 No algorithm here: ``SessionStream`` writes and reads messages with a deadline per message and
 counts their bytes; ``generate_tokens`` reads a Generate stream; ``Retries`` is the one place
-that decides whether a failed attempt is tried again (after a backoff) or raised as a typed
-error. The round loop (``edgespec.edge.rounds``) uses all three.
+that decides whether a failed attempt is tried again (after how long, over which connection) or
+raised as a typed error. The driver (``edgespec.edge.driver``) uses all three.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 import grpc
@@ -43,61 +44,48 @@ def typed_error(error: BaseException, timeout: float) -> EdgespecError:
     return from_rpc_error(error)
 
 
+@dataclass(frozen=True)
+class Retry:
+    """What to do after a failed attempt: wait ``delay_s``, then open again with every committed
+    token; with ``reroute``, over a fresh connection through the ingress (another replica should
+    take the session: after a move, a draining refusal, or a full replica)."""
+
+    delay_s: float
+    reroute: bool
+    cause: str  # "moved" (a draining replica said so), "draining" (an Open it refused), "failure"
+
+
 class Retries:
-    """Counts consecutive failed attempts; progress (a committed token) resets the count.
+    """The one retry decision: counts consecutive failed attempts; progress (a committed token)
+    resets the count. ``clock`` (seconds) times a drain's patience."""
 
-    With ``stats``, ``wait`` counts each break there: ``resumes`` after a failure, ``moves``
-    (and the outage until the next committed token, ``move_outages_s``) when a draining
-    replica sent the session elsewhere. ``reroute`` (the client's ``KeyedStub.reconnect``: a
-    fresh connection through the ingress) runs before reopening where another replica should
-    take the session: after a move, a draining refusal, or a full replica (RESOURCE_EXHAUSTED)."""
-
-    def __init__(self, max_retries: int, timeout: float, stats: RequestStats | None = None,
-                 reroute: Callable[[], None] | None = None):
-        self.max_retries, self.timeout, self.stats, self.reroute = max_retries, timeout, stats, reroute
+    def __init__(self, max_retries: int, timeout: float, *, clock: Callable[[], float] = time.monotonic):
+        self.max_retries, self.timeout, self.clock = max_retries, timeout, clock
         self.failures = 0
         self._draining_since: float | None = None  # the first Open a draining replica refused
-        self._moved_at: float | None = None
 
     def progress(self) -> None:
         self.failures = 0
         self._draining_since = None
-        if self._moved_at is not None and self.stats is not None:
-            self.stats.move_outages_s.append(time.perf_counter() - self._moved_at)
-        self._moved_at = None
 
-    def next_delay(self, error: BaseException) -> float:
-        """Seconds to wait before the next attempt; raises the typed error when giving up.
+    def decide(self, error: BaseException) -> Retry:
+        """Raises the typed error when giving up.
 
         A session told to move (``ReplicaMoved``) reopens at once and counts no failure. An
         Open refused by a draining replica (the ingress had not taken it out yet) is tried
         again after a short pause, for as long as a drain lasts, and counts no failure either."""
         if isinstance(error, ReplicaMoved):
-            return 0.0
+            return Retry(0.0, True, "moved")
         if is_draining_refusal(error):
-            now = time.monotonic()
+            now = self.clock()
             self._draining_since = self._draining_since or now
             if now - self._draining_since <= DRAINING_PATIENCE_S:
-                return DRAINING_RETRY_S * (0.5 + random.random() / 2)
+                return Retry(DRAINING_RETRY_S * (0.5 + random.random() / 2), True, "draining")
         self.failures += 1
         if not is_retryable(error) or self.failures > self.max_retries:
             raise typed_error(error, self.timeout) from None
-        return backoff_s(self.failures)
-
-    async def wait(self, error: BaseException) -> None:
-        """Counts the break and waits before the next attempt (raises the typed error when giving up)."""
-        delay = self.next_delay(error)
-        moved, draining = isinstance(error, ReplicaMoved), is_draining_refusal(error)
         full = isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        if self.reroute is not None and (moved or draining or full):
-            self.reroute()
-        if self.stats is not None:
-            if moved:
-                self.stats.moves += 1
-                self._moved_at = time.perf_counter()
-            elif not draining:
-                self.stats.resumes += 1
-        await asyncio.sleep(delay)
+        return Retry(backoff_s(self.failures), full, "failure")
 
 
 class StreamEnded(grpc.RpcError):

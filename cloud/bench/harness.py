@@ -19,6 +19,7 @@ from typing import Callable
 
 from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.client import EdgeClient
+from edgespec.edge.stats import RequestStats
 
 # GenerationParams fields that only speculation reads; a cloud-only arm leaves them out.
 SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "lookup_weight", "draft_temperature", "send_ahead", "tree", "speculate")
@@ -91,7 +92,7 @@ class Summary:
             tau=(accepted + rounds) / rounds if rounds else 1.0,
             acceptance_rate=accepted / drafted if drafted else 0.0,
             acceptance_by_position=by_position,
-            draft_ms_per_token=1000.0 * sum(s.draft_s for s in stats) / drafted if drafted else 0.0,
+            draft_ms_per_token=RequestStats.combined(stats).draft_ms_per_token,
             wait_ms_per_round=1000.0 * sum(s.wait_s for s in stats) / rounds if rounds else 0.0,
             bytes_per_round=sum(s.bytes_sent + s.bytes_received for s in stats) / rounds if rounds else 0.0,
             mean_k=drafted / rounds if rounds else 0.0,

@@ -4,7 +4,7 @@
     codec        wire messages <-> session types
     session      a session's state machine and the validation of everything a client sends
     scheduler    gathers the sessions waiting for a verdict into one batch when the model is free
-    verifier     one batch: rows -> backend -> settle stop/length/context limits
+    verifier     one batch: rows -> backend -> commit each round within its stop/length/context limits
     backend      where the target runs (this process, or an engine child process)
     engine       the target model: sessions in the KV pool, one packed forward per batch
     kv_pool      the preallocated KV pool, its pages and each session's page table

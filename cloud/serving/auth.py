@@ -40,7 +40,7 @@ from typing import Iterable
 
 import grpc
 
-from edgespec.edge.errors import ServerError, status_error
+from edgespec.edge.errors import status_error
 from edgespec.edge.settings import load_settings
 
 log = logging.getLogger("ray.serve")
@@ -251,10 +251,6 @@ class Quotas:
                     f"key {key.key_id!r} generated {fleet_used} tokens in the last minute across all replicas, its limit "
                     f"of {key.tokens_per_minute}: retry after 10s",
                 )
-
-
-def is_unauthenticated(error: BaseException) -> bool:
-    return isinstance(error, ServerError) and error.code == grpc.StatusCode.UNAUTHENTICATED
 
 
 def is_loopback_peer(peer: str | None) -> bool:

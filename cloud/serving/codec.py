@@ -1,10 +1,14 @@
-"""Converts wire messages (edgespec.v1) to the verifier's session types and back.
+"""Converts wire messages (edgespec.v1) to the verifier's session types and back: every message
+the verifier reads is parsed here and every message it sends is built here.
 
 The enum numbers and field conventions come from ``edgespec.edge.wire``, the codec both sides
-share; this module only adds the verifier's own types (``OpenRequest``, ``Verdict``).
+share; this module only adds the verifier's own types (``OpenRequest``, ``DraftMessage``,
+``Verdict``, ``ReplicaDiagnostics``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from edgespec.cloud.serving.session import OpenRequest, Verdict, invalid
 from edgespec.edge.params import Finish, Mode
@@ -50,6 +54,23 @@ def generate_from_proto(msg: pb.GenerateRequest) -> OpenRequest:
     )
 
 
+@dataclass(frozen=True)
+class DraftMessage:
+    """A Draft as the verifier reads it."""
+
+    round_no: int
+    tokens: list[int]
+    q: list[tuple[list[int], list[float]]]  # exact mode: (ids, probs) per draft
+    ahead: bool
+    assumed_token: int
+    parents: list[int]
+
+
+def draft_from_proto(msg: pb.Draft, max_q_entries: int | None = None) -> DraftMessage:
+    return DraftMessage(int(msg.round), list(msg.token_ids), draft_q(msg, max_q_entries), bool(msg.ahead),
+                        int(msg.assumed_token), list(msg.parents))
+
+
 def draft_q(msg: pb.Draft, max_entries: int | None = None) -> list[tuple[list[int], list[float]]]:
     """The draft distributions as lists; each may hold at most ``max_entries`` tokens (checked
     before anything is converted)."""
@@ -75,3 +96,68 @@ def verdict_to_proto(verdict: Verdict) -> pb.SessionResponse:
             accepted_path=verdict.accepted_path or [],
         )
     )
+
+
+def generate_reply_to_proto(verdict: Verdict, *, draining: bool) -> pb.GenerateResponse:
+    """One decoding step of a Generate stream: its token, and whether the stream ends or moves."""
+    return pb.GenerateResponse(
+        token_ids=[verdict.next_token],
+        finished=verdict.finish is not Finish.NONE,
+        finish_reason=FINISH_TO_WIRE[verdict.finish],
+        draining=draining,
+        batch_size=verdict.batch_size,
+        step_ms=verdict.verify_ms,
+    )
+
+
+def opened_to_proto(session_id: str, *, max_k: int, max_context: int, max_new_tokens: int, model_id: str,
+                    replica_id: str) -> pb.SessionResponse:
+    return pb.SessionResponse(opened=pb.Opened(session_id=session_id, max_k=max_k, max_context=max_context,
+                                               max_new_tokens=max_new_tokens, model_id=model_id, replica_id=replica_id))
+
+
+def closed_to_proto(rounds: int, generated_tokens: int) -> pb.SessionResponse:
+    return pb.SessionResponse(closed=pb.Closed(rounds=rounds, generated_tokens=generated_tokens))
+
+
+@dataclass(frozen=True)
+class ReplicaDiagnostics:
+    """What Info tells only a caller with a key (or any caller of a keyless loopback verifier)."""
+
+    target_params: int
+    kv_bytes_per_token: int
+    replica_rss_bytes: int
+    active_sessions: int
+    free_sessions: int
+    replica_id: str
+
+
+def info_to_proto(limits, config, *, version: str, forward_ms: float, decode_ms: float, max_message_bytes: int,
+                  auth_required: bool, diagnostics: ReplicaDiagnostics | None = None) -> pb.InfoResponse:
+    """``limits``: the verifier's ``Limits``; ``config``: its ``VerifierConfig``."""
+    reply = pb.InfoResponse(
+        model_id=config.model_id,
+        tokenizer_fingerprint=limits.tokenizer_fingerprint,
+        vocab_size=limits.vocab_size,
+        max_context=limits.max_context,
+        max_k=limits.max_k,
+        modes=SERVED_MODES,
+        max_new_tokens=limits.max_new_tokens,
+        version=version,
+        forward_ms=forward_ms,
+        decode_ms=decode_ms,
+        max_sessions=config.max_sessions,
+        session_idle_timeout_s=config.session_idle_timeout_s,
+        first_message_timeout_s=config.first_message_timeout_s,
+        default_max_new_tokens=config.default_max_new_tokens,
+        max_message_bytes=max_message_bytes,
+        max_q_entries=config.max_q_entries,
+        auth_required=auth_required,
+        send_ahead=True,
+        max_tree_tokens=limits.max_tree_tokens,
+    )
+    if diagnostics is not None:
+        reply.target_params, reply.kv_bytes_per_token = diagnostics.target_params, diagnostics.kv_bytes_per_token
+        reply.replica_rss_bytes, reply.active_sessions = diagnostics.replica_rss_bytes, diagnostics.active_sessions
+        reply.free_sessions, reply.replica_id = diagnostics.free_sessions, diagnostics.replica_id
+    return reply

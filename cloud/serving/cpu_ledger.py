@@ -8,7 +8,7 @@ other threads) is the process's CPU minus the phases. The phases, timed with
     decode       wire message -> the session's types (a draft's tokens and q)
     validation   check_draft, quotas
     scheduling   the batch scheduler's own work on the event loop (queue, batch, results)
-    bookkeeping  the model thread's work around the forward (rows, accept rule, settle)
+    bookkeeping  the model thread's work around the forward (rows, accept rule, committing rounds)
     forward      the target forward itself (not replica overhead: reported apart)
     encode       verdict -> wire message
 

@@ -62,7 +62,6 @@ from edgespec.cloud.serving.verifier import Verifier, VerifyItem
 from edgespec.edge import __version__
 from edgespec.edge.errors import ServerError, status_error
 from edgespec.edge.params import Finish
-from edgespec.edge.wire import FINISH_TO_WIRE
 from edgespec.v1 import speculative_pb2 as pb
 
 log = logging.getLogger("ray.serve")
@@ -161,16 +160,9 @@ class VerifierDeployment:
                         raise precondition("Open sent twice on one stream: open a new stream for a new session")
                     session = await self._admit(codec.open_from_proto(request.open), key)
                     session_id = uuid.uuid4().hex
-                    yield pb.SessionResponse(
-                        opened=pb.Opened(
-                            session_id=session_id,
-                            max_k=self.config.max_k,
-                            max_context=self.verifier.limits.max_context,
-                            max_new_tokens=session.max_new_tokens,
-                            model_id=self.config.model_id,
-                            replica_id=self.replica_id,
-                        )
-                    )
+                    yield codec.opened_to_proto(session_id, max_k=self.config.max_k, max_context=self.verifier.limits.max_context,
+                                                max_new_tokens=session.max_new_tokens, model_id=self.config.model_id,
+                                                replica_id=self.replica_id)
                 elif kind == "draft":
                     if session is None:
                         raise precondition("Draft before Open: the first message of a session must be Open")
@@ -186,9 +178,7 @@ class VerifierDeployment:
                         raise draining_error()
                 elif kind == "close":
                     if session is not None:
-                        yield pb.SessionResponse(
-                            closed=pb.Closed(rounds=session.next_round - session.spec.first_round, generated_tokens=session.generated)
-                        )
+                        yield codec.closed_to_proto(session.next_round - session.spec.first_round, session.generated)
                     break
                 else:
                     raise invalid("empty SessionRequest: set open, draft or close")
@@ -203,17 +193,15 @@ class VerifierDeployment:
     async def _round(self, session: SessionState, draft: pb.Draft):
         ledger = self.ledger
         started = ledger.clock()
-        last = session.last_verdict
-        tokens = list(draft.token_ids)
-        if not draft.ahead and last is not None and draft.round == last.round_no and tokens == session.last_block.tokens:
-            return last  # a retried round: same drafts, same (already committed) verdict
-        q, parents = codec.draft_q(draft, self.config.max_q_entries), list(draft.parents)
+        message, last = codec.draft_from_proto(draft, self.config.max_q_entries), session.last_verdict
         started = ledger.add("decode", started)
-        block = check_draft(session, int(draft.round), tokens, q, ahead=draft.ahead, assumed_token=int(draft.assumed_token),
-                            parents=parents)
+        if not message.ahead and last is not None and message.round_no == last.round_no and message.tokens == session.last_block.tokens:
+            return last  # a retried round: same drafts, same (already committed) verdict
+        block = check_draft(session, message.round_no, message.tokens, message.q, ahead=message.ahead,
+                            assumed_token=message.assumed_token, parents=message.parents)
         if block is None:  # sent ahead on an assumption that failed: no forward
             self.metrics.discarded_block()
-            return discarded(int(draft.round))
+            return discarded(message.round_no)
         self.admission.quotas.check_tokens(session.key)
         ledger.add("validation", started)
         verdict = await self.batches.submit(VerifyItem(session, block))
@@ -305,16 +293,8 @@ class VerifierDeployment:
                 self.admission.quotas.check_tokens(key)
                 verdict = await self.batches.submit(VerifyItem(session, None))
                 self.admission.quotas.charge(key, verdict.emitted)
-                finished = verdict.finish is not Finish.NONE
-                moving = self._moving(finished, generate=True)
-                yield pb.GenerateResponse(
-                    token_ids=[verdict.next_token],
-                    finished=finished,
-                    finish_reason=FINISH_TO_WIRE[verdict.finish],
-                    draining=moving,
-                    batch_size=verdict.batch_size,
-                    step_ms=verdict.verify_ms,
-                )
+                moving = self._moving(verdict.finish is not Finish.NONE, generate=True)
+                yield codec.generate_reply_to_proto(verdict, draining=moving)
                 if moving:
                     raise draining_error()
         except Exception as exc:
@@ -334,35 +314,14 @@ class VerifierDeployment:
             key = self._authenticate(grpc_context, required=False)
         except ServerError as exc:
             raise self._status(grpc_context, exc, "info") from None
-        limits = self.verifier.limits
-        reply = pb.InfoResponse(
-            model_id=self.config.model_id,
-            tokenizer_fingerprint=limits.tokenizer_fingerprint,
-            vocab_size=limits.vocab_size,
-            max_context=limits.max_context,
-            max_k=limits.max_k,
-            modes=codec.SERVED_MODES,
-            max_new_tokens=limits.max_new_tokens,
-            version=__version__,
-            forward_ms=self.forward_ms.value(),
-            decode_ms=self.decode_ms.value(),
-            max_sessions=self.config.max_sessions,
-            session_idle_timeout_s=self.config.session_idle_timeout_s,
-            first_message_timeout_s=self.config.first_message_timeout_s,
-            default_max_new_tokens=self.config.default_max_new_tokens,
-            max_message_bytes=message_cap(),
-            max_q_entries=self.config.max_q_entries,
-            auth_required=self.keys.enabled,
-            send_ahead=True,
-            max_tree_tokens=limits.max_tree_tokens,
-        )
+        diagnostics = None
         if key is not None or not self.keys.enabled:
             info = self.verifier.backend.info
-            reply.target_params, reply.kv_bytes_per_token = info.params, info.kv_bytes_per_token
-            reply.replica_rss_bytes, reply.active_sessions = resident_bytes(), self.admission.active
-            reply.free_sessions = self.admission.free_sessions
-            reply.replica_id = self.replica_id
-        return reply
+            diagnostics = codec.ReplicaDiagnostics(info.params, info.kv_bytes_per_token, resident_bytes(), self.admission.active,
+                                                   self.admission.free_sessions, self.replica_id)
+        return codec.info_to_proto(self.verifier.limits, self.config, version=__version__, forward_ms=self.forward_ms.value(),
+                                   decode_ms=self.decode_ms.value(), max_message_bytes=message_cap(),
+                                   auth_required=self.keys.enabled, diagnostics=diagnostics)
 
     async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:
         if isinstance(request, Malformed):

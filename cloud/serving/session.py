@@ -113,7 +113,7 @@ class SessionState:
     # The last verified round accepted every draft and emitted its bonus token: the condition
     # under which a block sent ahead of its verdict extends exactly what is committed.
     last_full: bool = False
-    kv: int | None = None  # the backend's key of the session's cache, None once freed
+    cache_key: int | None = None  # names the session's KV cache in the backend (open, extend, close)
     key: ApiKey | None = None  # the API key it was opened with, None without keys
     reserved_bytes: int = 0  # the KV cache admission reserved for it (0: not admitted)
 
@@ -307,7 +307,7 @@ def _checked_q(q: list[tuple[list[int], list[float]]], tokens: list[int], vocab:
     return out
 
 
-def settle(state: SessionState, block_tokens: list[int], accepted: int, next_token: int) -> tuple[int, int, Finish]:
+def commit_round(state: SessionState, block_tokens: list[int], accepted: int, next_token: int) -> tuple[int, int, Finish]:
     """Applies stop tokens, max_new_tokens and the context limit to a raw verdict.
 
     The round emits drafts[:accepted] + [next_token]; that sequence is cut after the first

@@ -4,7 +4,7 @@
 
 1. each session becomes a ``Row`` (its pending token + drafts, its sampling, its round);
 2. the backend runs ONE target forward over all rows and applies the accept rule;
-3. stop tokens / length / context limits are applied to each raw verdict (``settle``).
+3. stop tokens / length / context limits are applied to each raw verdict, which commits the round (``commit_round``).
 
 Each session's cache is rolled back to its committed length at the start of its next forward
 (the row's ``cache_len``), so a rejected draft costs nothing to undo.
@@ -26,7 +26,7 @@ from edgespec.cloud.serving.accept import Row
 from edgespec.cloud.serving.backend import make_backend
 from edgespec.cloud.serving.engine import PREFILL_CHUNK
 from edgespec.cloud.serving.config import VerifierConfig
-from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, open_session, settle
+from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, open_session, commit_round
 from edgespec.edge.params import Finish
 
 log = logging.getLogger("ray.serve")
@@ -43,10 +43,10 @@ class VerifyItem:
 
     def row(self) -> Row:
         state = self.state
-        if state.kv is None:
+        if state.cache_key is None:
             raise RuntimeError("verifying a session whose cache was freed")
         return Row(
-            key=state.kv,
+            key=state.cache_key,
             cache_len=len(state.committed) - 1,
             tokens=[state.pending] + self.drafts,
             mode=state.mode,
@@ -77,16 +77,16 @@ class Verifier:
     def admit(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
         """Validates the request and names the session's cache; touches no model (any thread)."""
         state = open_session(request, self.limits, generate=generate)
-        state.kv = next(self._keys)
+        state.cache_key = next(self._keys)
         return state
 
     def prefill_jobs(self, state: SessionState) -> list[Callable[[], None]]:
         """The model-thread jobs that build the session's cache over the prompt (all but its last
         token), one forward each: between them the replica verifies other sessions' drafts."""
         prefix = state.committed[:-1]
-        jobs: list[Callable[[], None]] = [partial(self.backend.open, state.kv, [])]
+        jobs: list[Callable[[], None]] = [partial(self.backend.open, state.cache_key, [])]
         for start in range(0, len(prefix), PREFILL_CHUNK):
-            jobs.append(partial(self.backend.extend, state.kv, prefix[start : start + PREFILL_CHUNK]))
+            jobs.append(partial(self.backend.extend, state.cache_key, prefix[start : start + PREFILL_CHUNK]))
         return jobs
 
     def start(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
@@ -98,9 +98,9 @@ class Verifier:
 
     def finish(self, state: SessionState) -> None:
         """Frees the session's KV cache."""
-        if state.kv is not None:
-            self.backend.close(state.kv)
-            state.kv = None
+        if state.cache_key is not None:
+            self.backend.close(state.cache_key)
+            state.cache_key = None
 
     def step(self, items: list[VerifyItem]) -> list[Verdict | Exception]:
         """Verifies a batch. When the batch forward fails, each session is verified alone, so
@@ -114,7 +114,7 @@ class Verifier:
             log.warning("a batch of %d failed (%r): verifying its sessions one by one", len(items), exc)
             return [self._step_alone(item) for item in items]
         verify_ms = (time.perf_counter() - started) * 1000.0
-        return list(self._settle(items, raw, verify_ms))
+        return list(self._commit_batch(items, raw, verify_ms))
 
     def _step_alone(self, item: VerifyItem) -> Verdict | Exception:
         try:
@@ -122,7 +122,7 @@ class Verifier:
         except Exception as exc:
             return exc
 
-    def _settle(self, items: list[VerifyItem], raw, verify_ms: float) -> list[Verdict]:
+    def _commit_batch(self, items: list[VerifyItem], raw, verify_ms: float) -> list[Verdict]:
         verdicts = []
         for item, outcome in zip(items, raw):
             state = item.state
@@ -131,7 +131,7 @@ class Verifier:
                 emitted, every_draft = [item.drafts[i] for i in outcome.path], False
             else:
                 emitted, every_draft = item.drafts, item.block is not None and outcome.accepted == len(item.drafts)
-            accepted, token, finish = settle(state, emitted, outcome.accepted, outcome.next_token)
+            accepted, token, finish = commit_round(state, emitted, outcome.accepted, outcome.next_token)
             path = None if outcome.path is None else outcome.path[:accepted]
             verdict = Verdict(round_no, accepted, token, finish, batch_size=len(items), verify_ms=verify_ms, accepted_path=path)
             state.last_block, state.last_verdict = item.block, verdict

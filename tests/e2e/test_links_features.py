@@ -9,7 +9,7 @@ from helpers.tcp_cutter import TcpCutter
 
 from edgespec.cloud.link.emulator import LinkEmulator
 from edgespec.cloud.link.profiles import Faults, LinkProfile
-from edgespec.edge import rounds
+from edgespec.edge import driver
 from edgespec.edge.client import EdgeClient
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def test_auto_switches_back_and_forth_without_losing_a_token(server, self_draft,
     script = Script(phases=[(0, 2.0)])
     monkeypatch.setattr(ScriptedPlanner, "script", script)
     monkeypatch.setattr(aclient, "Planner", ScriptedPlanner)
-    monkeypatch.setattr(rounds, "RTT_PROBE_INTERVAL_S", 0.01)  # probes: many per segment, each told the script's
+    monkeypatch.setattr(driver, "RTT_PROBE_INTERVAL_S", 0.01)  # probes: many per segment, each told the script's
     new_tokens = 400
     with EdgeClient(server.address, self_draft, timeout=60) as client:
         ids = client.encode(PROMPTS[0])

@@ -68,7 +68,7 @@ def test_propose_runs_k_forwards_and_leaves_the_last_draft_pending(draft_dir, pr
     assert draft.tokens == prompt + proposal.tokens
     assert draft.cache_len == len(draft.tokens) - 1
     assert draft.stats.forwards == K and draft.stats.fed_tokens == len(prompt) + K - 1
-    assert draft.draft_ms_per_token > 0
+    assert draft.stats.draft_ms > 0 and draft.stats.drafted_tokens > 0
     # Reference: recompute the whole context from scratch for every draft.
     context = list(prompt)
     for _ in range(K):
@@ -104,7 +104,7 @@ def test_rollback_then_append_equals_a_fresh_reset(draft_dir, prompt, params):
     top_n = 8 if params else 0
     for n in range(K + 1):
         draft.reset(prompt)
-        drafts = draft.propose(K, params, round_rng(3, 0), top_n).tokens
+        drafts = draft.propose(K, sampling=params, rng=round_rng(3, 0), top_n=top_n).tokens
         verifier_token = (drafts[n] + 1) % draft.vocab_size if n < K else 42  # a correction or a bonus
         draft.rollback_to(len(prompt) + n)
         assert draft.cache_len <= len(prompt) + n
@@ -112,7 +112,7 @@ def test_rollback_then_append_equals_a_fresh_reset(draft_dir, prompt, params):
         expected_context = prompt + drafts[:n] + [verifier_token]
         assert draft.tokens == expected_context
         fresh.reset(expected_context)
-        assert_same_proposal(draft.propose(K, params, round_rng(3, 1), top_n), fresh.propose(K, params, round_rng(3, 1), top_n))
+        assert_same_proposal(draft.propose(K, sampling=params, rng=round_rng(3, 1), top_n=top_n), fresh.propose(K, sampling=params, rng=round_rng(3, 1), top_n=top_n))
         assert draft.tokens == fresh.tokens
 
 
@@ -164,21 +164,21 @@ def test_greedy_lookup_drafts_the_continuation_of_a_repeated_span(draft_dir):
 def test_sampling_lookup_drafts_from_a_point_mass_without_running_the_model(draft_dir):
     context = [5, 6, 7, 8, 9, 5, 6, 7]
     draft = new_draft(draft_dir, context)
-    looked_up = draft.propose(4, PARAMS, round_rng(1, 1), top_n=4, lookup=LookupConfig(max_n=4, min_n=2))
+    looked_up = draft.propose(4, sampling=PARAMS, rng=round_rng(1, 1), top_n=4, lookup=LookupConfig(max_n=4, min_n=2))
     assert looked_up.tokens == [8, 9, 5, 6]  # [5, 6, 7] was followed by 8, and so on around the cycle
     assert all(q.token_ids.tolist() == [t] and q.probs.tolist() == [1.0] for q, t in zip(looked_up.q, looked_up.tokens))
     assert draft.stats.forwards == 0  # the lookup decided every position: nothing was fed yet
     draft.rollback_to(len(context))  # the cache stays consistent: a fresh run agrees
-    assert_same_proposal(draft.propose(3, PARAMS, round_rng(2, 2), top_n=4),
-                         new_draft(draft_dir, context).propose(3, PARAMS, round_rng(2, 2), top_n=4))
+    assert_same_proposal(draft.propose(3, sampling=PARAMS, rng=round_rng(2, 2), top_n=4),
+                         new_draft(draft_dir, context).propose(3, sampling=PARAMS, rng=round_rng(2, 2), top_n=4))
 
 
 @pytest.mark.slow
 def test_sampling_lookup_mixes_its_token_into_the_models_q(draft_dir):
     context = [5, 6, 7, 8, 9, 5, 6, 7]
     lookup = LookupConfig(max_n=4, min_n=2)
-    a = new_draft(draft_dir, context).propose(1, PARAMS, round_rng(4, 0), top_n=3, lookup=lookup, lookup_weight=0.5)
-    b = new_draft(draft_dir, context).propose(1, PARAMS, round_rng(4, 0), top_n=3, lookup=lookup, lookup_weight=0.5)
+    a = new_draft(draft_dir, context).propose(1, sampling=PARAMS, rng=round_rng(4, 0), top_n=3, lookup=lookup, lookup_weight=0.5)
+    b = new_draft(draft_dir, context).propose(1, sampling=PARAMS, rng=round_rng(4, 0), top_n=3, lookup=lookup, lookup_weight=0.5)
     assert_same_proposal(a, b)
     q = a.q[0]
     assert q.token_ids.size <= 3 and q.prob_of(8) >= 0.5 and q.probs.sum() == pytest.approx(1.0)
@@ -187,13 +187,13 @@ def test_sampling_lookup_mixes_its_token_into_the_models_q(draft_dir):
 
 @pytest.mark.slow
 def test_sampling_is_seeded_and_greedy_ignores_the_rng(draft_dir, prompt):
-    a = new_draft(draft_dir, prompt).propose(K, PARAMS, round_rng(5, 2), top_n=4)
-    b = new_draft(draft_dir, prompt).propose(K, PARAMS, round_rng(5, 2), top_n=4)
+    a = new_draft(draft_dir, prompt).propose(K, sampling=PARAMS, rng=round_rng(5, 2), top_n=4)
+    b = new_draft(draft_dir, prompt).propose(K, sampling=PARAMS, rng=round_rng(5, 2), top_n=4)
     assert_same_proposal(a, b)
     assert all(len(q.token_ids) <= 4 and q.probs.sum() == pytest.approx(1.0) for q in a.q)
     assert all(q.prob_of(t) > 0 for q, t in zip(a.q, a.tokens))  # drawn from what is sent
     greedy = SamplingParams(temperature=0.0, seed=99)
-    g1 = new_draft(draft_dir, prompt).propose(K, greedy, round_rng(1, 0), top_n=4)
+    g1 = new_draft(draft_dir, prompt).propose(K, sampling=greedy, rng=round_rng(1, 0), top_n=4)
     g2 = new_draft(draft_dir, prompt).propose(K)
     assert g1.q is None and g1.tokens == g2.tokens
 

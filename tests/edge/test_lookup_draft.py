@@ -11,7 +11,7 @@ from edgespec.edge.lookup_draft import LookupDraft
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import round_rng
 
-MODEL = SimpleNamespace(manifest=SimpleNamespace(max_positions=512), tokenizer=None, vocab_size=50)
+MODEL = SimpleNamespace(manifest=SimpleNamespace(max_positions=512), tokenizer=None, vocab_size=50, eos_token_ids=[0])
 
 
 def drafter(context):
@@ -33,8 +33,8 @@ def test_falls_back_to_what_followed_the_last_token_then_to_the_last_token():
 
 def test_sampling_sends_a_point_mass_per_draft_and_is_seeded():
     params = SamplingParams(temperature=0.8, seed=3)
-    a = drafter([5, 6, 7, 5, 6]).propose(3, params, round_rng(3, 1))
-    b = drafter([5, 6, 7, 5, 6]).propose(3, params, round_rng(3, 1))
+    a = drafter([5, 6, 7, 5, 6]).propose(3, sampling=params, rng=round_rng(3, 1))
+    b = drafter([5, 6, 7, 5, 6]).propose(3, sampling=params, rng=round_rng(3, 1))
     assert a.tokens == b.tokens == [7, 5, 6]
     for dist, token in zip(a.q, a.tokens):
         assert dist.token_ids.tolist() == [token] and dist.probs.tolist() == [1.0]
@@ -59,7 +59,7 @@ def test_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="vocabulary"):
         drafter([1, 2]).append([50])
     with pytest.raises(ValueError, match="rng"):
-        drafter([1, 2]).propose(1, SamplingParams(temperature=1.0))
+        drafter([1, 2]).propose(1, sampling=SamplingParams(temperature=1.0))
     with pytest.raises(ValueError, match="empty"):
         LookupDraft(MODEL).propose(1)
     assert np.isscalar(drafter([1]).propose(1).tokens[0])

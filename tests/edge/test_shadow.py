@@ -1,4 +1,4 @@
-"""The draft run over a cloud-only stream (``rounds.Shadow``): all of it while the draft may win,
+"""The draft run over a cloud-only stream (``shadow.Shadow``): all of it while the draft may win,
 a bounded share once the planner judges it unpromising."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from edgespec.edge.planner import Path, Planner
 from edgespec.edge.policy import FixedK
-from edgespec.edge.rounds import SHADOW_CONTEXT, Shadow
+from edgespec.edge.shadow import SHADOW_CONTEXT, Shadow
 
 
 class CountingDraft:
@@ -35,20 +35,20 @@ class CountingDraft:
 
 
 def streamed(planner: Planner, tokens: list[int]) -> SimpleNamespace:
-    """A cloud-only segment delivering ``tokens`` one at a time to a Shadow, as _cloud_segment does."""
+    """A cloud-only segment delivering ``tokens`` one at a time to a Shadow, as the driver does."""
     prompt = [1, 2, 3]
-    run = SimpleNamespace(draft=CountingDraft(prompt), committed=list(prompt), max_context=4096, planner=planner,
-                          policy=FixedK(4), info=SimpleNamespace(max_k=8), lookup=None)
+    run = SimpleNamespace(draft=CountingDraft(prompt), committed=list(prompt))
+    policy = FixedK(4)
 
     async def go():
-        with ThreadPoolExecutor(1) as run.draft_thread:
-            shadow = Shadow(run)
+        with ThreadPoolExecutor(1) as draft_thread:
+            shadow = Shadow(run.draft, draft_thread, planner, run.committed, block_k=lambda: policy.next_k(8), lookup=None)
             for token in tokens:
                 run.committed.append(token)
-                shadow.observe([token])
+                shadow.observe([token], run.committed, 4096)
                 if shadow.pending is not None:  # the next token comes once this one is judged: no race
                     await asyncio.gather(shadow.pending)
-            await shadow.settle()
+            await shadow.finish(run.committed)
 
     asyncio.run(go())
     return run

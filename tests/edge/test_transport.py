@@ -97,28 +97,28 @@ class Failed(grpc.RpcError):
 
 def test_retries_give_up_after_the_budget_and_raise_the_typed_error():
     retries = Retries(max_retries=2, timeout=1.0)
-    assert retries.next_delay(Failed(grpc.StatusCode.UNAVAILABLE)) > 0
-    assert retries.next_delay(Failed(grpc.StatusCode.RESOURCE_EXHAUSTED)) > 0
+    assert retries.decide(Failed(grpc.StatusCode.UNAVAILABLE)).delay_s > 0
+    assert retries.decide(Failed(grpc.StatusCode.RESOURCE_EXHAUSTED)).delay_s > 0
     with pytest.raises(CapacityError):
-        retries.next_delay(Failed(grpc.StatusCode.RESOURCE_EXHAUSTED))
+        retries.decide(Failed(grpc.StatusCode.RESOURCE_EXHAUSTED))
 
 
 def test_progress_resets_the_retry_budget():
     retries = Retries(max_retries=1, timeout=1.0)
-    retries.next_delay(Failed(grpc.StatusCode.UNAVAILABLE))
+    retries.decide(Failed(grpc.StatusCode.UNAVAILABLE))
     retries.progress()
-    assert retries.next_delay(Failed(grpc.StatusCode.UNAVAILABLE)) > 0
+    assert retries.decide(Failed(grpc.StatusCode.UNAVAILABLE)).delay_s > 0
 
 
 def test_a_request_error_is_never_retried():
     with pytest.raises(InvalidRequestError):
-        Retries(max_retries=5, timeout=1.0).next_delay(Failed(grpc.StatusCode.INVALID_ARGUMENT))
+        Retries(max_retries=5, timeout=1.0).decide(Failed(grpc.StatusCode.INVALID_ARGUMENT))
 
 
 def test_a_timeout_becomes_a_request_timeout_error():
     retries = Retries(max_retries=0, timeout=2.5)
     with pytest.raises(RequestTimeoutError, match="2.5s"):
-        retries.next_delay(asyncio.TimeoutError())
+        retries.decide(asyncio.TimeoutError())
 
 
 def test_backoff_grows_and_is_capped():
@@ -136,41 +136,35 @@ def draining_refusal() -> StreamEnded:
     return StreamEnded(grpc.StatusCode.UNAVAILABLE, DRAINING_MESSAGE)
 
 
-def test_a_moved_session_reopens_at_once_and_counts_a_move_not_a_failure():
+def test_a_moved_session_reopens_at_once_elsewhere_and_counts_no_failure():
     from edgespec.edge.transport import ReplicaMoved
 
-    stats = RequestStats()
-    retries = Retries(0, 1.0, stats)  # no retries allowed for failures: a move is none
-    asyncio.run(retries.wait(ReplicaMoved()))
-    assert (stats.moves, stats.resumes, retries.failures) == (1, 0, 0)
-    retries.progress()
-    assert len(stats.move_outages_s) == 1 and 0 <= stats.move_outages_s[0] < 1.0
-    retries.progress()  # later progress measures no second outage
-    assert len(stats.move_outages_s) == 1
+    retries = Retries(0, 1.0)  # no retries allowed for failures: a move is none
+    retry = retries.decide(ReplicaMoved())
+    assert (retry.delay_s, retry.reroute, retry.cause, retries.failures) == (0.0, True, "moved", 0)
 
 
 def test_an_open_refused_while_draining_is_retried_soon_without_using_up_retries():
     from edgespec.edge.errors import DRAINING_RETRY_S
 
     retries = Retries(1, 1.0)
-    delays = [retries.next_delay(draining_refusal()) for _ in range(20)]
+    delays = [retries.decide(draining_refusal()).delay_s for _ in range(20)]
     assert all(0 < d <= DRAINING_RETRY_S for d in delays)
     assert retries.failures == 0
     with pytest.raises(CapacityError):  # other failures still count against max_retries
-        retries.next_delay(StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
-        retries.next_delay(StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
+        retries.decide(StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
+        retries.decide(StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
 
 
-def test_draining_refusals_stop_being_retried_after_the_patience(monkeypatch):
+def test_draining_refusals_stop_being_retried_after_the_patience():
     import edgespec.edge.transport as transport
 
-    retries = Retries(0, 1.0)
     clock = [100.0]
-    monkeypatch.setattr(transport.time, "monotonic", lambda: clock[0])
-    retries.next_delay(draining_refusal())
+    retries = Retries(0, 1.0, clock=lambda: clock[0])
+    retries.decide(draining_refusal())
     clock[0] += transport.DRAINING_PATIENCE_S + 1
     with pytest.raises(Exception, match="shutting down"):
-        retries.next_delay(draining_refusal())
+        retries.decide(draining_refusal())
 
 
 def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
@@ -203,13 +197,10 @@ def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
 def test_sessions_go_elsewhere_on_a_fresh_connection_after_a_move_a_draining_refusal_or_a_full_replica():
     from edgespec.edge.transport import ReplicaMoved
 
-    calls = []
-    retries = Retries(5, 1.0, RequestStats(), reroute=lambda: calls.append(1))
+    retries = Retries(5, 1.0)
     for error in (ReplicaMoved(), draining_refusal(), StreamEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "full")):
-        asyncio.run(retries.wait(error))
-    assert len(calls) == 3
-    asyncio.run(retries.wait(StreamEnded(grpc.StatusCode.UNAVAILABLE, "connection reset")))  # same ingress, retried
-    assert len(calls) == 3
+        assert retries.decide(error).reroute
+    assert not retries.decide(StreamEnded(grpc.StatusCode.UNAVAILABLE, "connection reset")).reroute  # same ingress
 
 
 def test_reconnect_moves_later_calls_to_a_new_channel_and_retires_the_old_one():

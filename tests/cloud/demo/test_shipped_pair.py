@@ -68,7 +68,7 @@ def test_onnx_draft_matches_the_torch_draft_and_the_target_runs():
     ids = load_tokenizer(PAIR / "draft").encode(held_out_prompt()).ids
     draft = DraftModel(PAIR / "draft", threads=1)
     draft.reset(ids)
-    onnx_tokens = draft.propose(8, SamplingParams()).tokens
+    onnx_tokens = draft.propose(8, sampling=SamplingParams()).tokens
     reference = AutoModelForCausalLM.from_pretrained(str(PAIR / "draft-hf"), dtype=torch.float32).eval()
     with torch.no_grad():
         torch_tokens = reference.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()

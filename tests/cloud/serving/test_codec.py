@@ -51,3 +51,41 @@ def test_draft_q_and_verdict():
 
 def test_info_lists_every_mode():
     assert sorted(codec.SERVED_MODES) == [pb.VERIFY_MODE_GREEDY, pb.VERIFY_MODE_EXACT, pb.VERIFY_MODE_TOKEN]
+
+
+def test_a_draft_is_read_field_by_field():
+    message = pb.Draft(round=3, token_ids=[4, 5], ahead=True, assumed_token=9, parents=[],
+                       q=[pb.SparseDistribution(token_ids=[4], probs=[1.0]), pb.SparseDistribution(token_ids=[5, 6], probs=[0.5, 0.5])])
+    draft = codec.draft_from_proto(message, max_q_entries=2)
+    assert (draft.round_no, draft.tokens, draft.ahead, draft.assumed_token, draft.parents) == (3, [4, 5], True, 9, [])
+    assert draft.q == [([4], [1.0]), ([5, 6], [0.5, 0.5])]
+    with pytest.raises(ServerError, match="at most 1"):
+        codec.draft_from_proto(message, max_q_entries=1)
+
+
+def test_every_reply_the_verifier_sends_is_built_here():
+    opened = codec.opened_to_proto("s1", max_k=8, max_context=512, max_new_tokens=64, model_id="m", replica_id="r").opened
+    assert (opened.session_id, opened.max_k, opened.max_context, opened.replica_id) == ("s1", 8, 512, "r")
+    closed = codec.closed_to_proto(3, 12).closed
+    assert (closed.rounds, closed.generated_tokens) == (3, 12)
+    reply = codec.generate_reply_to_proto(Verdict(0, 0, 7, Finish.LENGTH, batch_size=2, verify_ms=1.5), draining=False)
+    assert (list(reply.token_ids), reply.finished, reply.finish_reason, reply.batch_size) == ([7], True, pb.FINISH_REASON_LENGTH, 2)
+
+
+def test_info_tells_the_limits_and_the_diagnostics_only_when_given():
+    from types import SimpleNamespace
+
+    from edgespec.cloud.serving.session import Limits
+
+    limits = Limits(vocab_size=100, max_context=512, max_k=8, max_new_tokens=256, default_max_new_tokens=64,
+                    tokenizer_fingerprint="fp", max_tree_tokens=4)
+    config = SimpleNamespace(model_id="m", max_sessions=4, session_idle_timeout_s=30.0, first_message_timeout_s=10.0,
+                             default_max_new_tokens=64, max_q_entries=1024)
+    public = codec.info_to_proto(limits, config, version="v", forward_ms=2.0, decode_ms=1.0, max_message_bytes=1000,
+                                 auth_required=True)
+    assert (public.vocab_size, public.max_tree_tokens, public.send_ahead, public.auth_required) == (100, 4, True, True)
+    assert public.replica_id == "" and public.target_params == 0
+    diagnostics = codec.ReplicaDiagnostics(10, 20, 30, 1, 3, "r1")
+    full = codec.info_to_proto(limits, config, version="v", forward_ms=2.0, decode_ms=1.0, max_message_bytes=1000,
+                               auth_required=True, diagnostics=diagnostics)
+    assert (full.target_params, full.free_sessions, full.replica_id) == (10, 3, "r1")

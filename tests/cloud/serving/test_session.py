@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from edgespec.cloud.serving.session import Limits, OpenRequest, check_draft, open_session, settle
+from edgespec.cloud.serving.session import Limits, OpenRequest, check_draft, open_session, commit_round
 from edgespec.edge.errors import ServerError
 from edgespec.edge.params import Finish, Mode, SamplingParams
 
@@ -30,38 +30,38 @@ def test_open_uses_server_default_length():
     assert new_session(max_new_tokens=7).max_new_tokens == 7
 
 
-def test_settle_plain_round():
+def test_commit_round_plain_round():
     state = new_session()
-    assert settle(state, [5, 6, 7], 2, 9) == (2, 9, Finish.NONE)
+    assert commit_round(state, [5, 6, 7], 2, 9) == (2, 9, Finish.NONE)
     assert state.committed == [1, 2, 3, 5, 6, 9] and state.generated == 3 and state.next_round == 1
 
 
 def test_stop_token_among_accepted_drafts_ends_there():
     state = new_session(stop=(6,))
-    assert settle(state, [5, 6, 7], 3, 9) == (1, 6, Finish.STOP_TOKEN)
+    assert commit_round(state, [5, 6, 7], 3, 9) == (1, 6, Finish.STOP_TOKEN)
     assert state.committed[-2:] == [5, 6] and state.finished
 
 
 def test_stop_token_as_next_token():
     state = new_session(stop=(9,))
-    assert settle(state, [5, 6], 1, 9) == (1, 9, Finish.STOP_TOKEN)
+    assert commit_round(state, [5, 6], 1, 9) == (1, 9, Finish.STOP_TOKEN)
 
 
 def test_length_budget_cuts_the_round():
     state = new_session(max_new_tokens=4)
-    settle(state, [5], 1, 6)  # 2 generated
-    assert settle(state, [7, 8, 9], 3, 10) == (1, 8, Finish.LENGTH)
+    commit_round(state, [5], 1, 6)  # 2 generated
+    assert commit_round(state, [7, 8, 9], 3, 10) == (1, 8, Finish.LENGTH)
     assert state.generated == 4
 
 
 def test_stop_token_past_the_budget_is_cut_off():
     state = new_session(max_new_tokens=2, stop=(7,))
-    assert settle(state, [5, 6, 7], 3, 8) == (1, 6, Finish.LENGTH)
+    assert commit_round(state, [5, 6, 7], 3, 8) == (1, 6, Finish.LENGTH)
 
 
 def test_context_limit():
     state = new_session(prompt=list(range(1, 48)), max_new_tokens=40)  # 47 tokens, room for 3
-    assert settle(state, [5, 6, 7], 3, 8) == (2, 7, Finish.CONTEXT)
+    assert commit_round(state, [5, 6, 7], 3, 8) == (2, 7, Finish.CONTEXT)
     assert len(state.committed) == LIMITS.max_context
 
 
@@ -71,7 +71,7 @@ def test_check_draft_refuses_past_context_and_after_finish():
         check_draft(state, 0, [1, 2, 3, 4], [])
     assert caught.value.code == grpc.StatusCode.OUT_OF_RANGE
     state = new_session(max_new_tokens=1)
-    settle(state, [5], 0, 6)
+    commit_round(state, [5], 0, 6)
     with pytest.raises(ServerError) as caught:
         check_draft(state, 1, [1], [])
     assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
@@ -89,7 +89,7 @@ def test_exact_q_is_renormalised_within_tolerance():
 
 def test_an_ahead_block_is_verified_only_when_its_assumption_held():
     state = new_session(prompt=(1, 2, 3), max_new_tokens=30)
-    settle(state, [5, 6], 2, 7)  # round 0 accepted both drafts, bonus 7
+    commit_round(state, [5, 6], 2, 7)  # round 0 accepted both drafts, bonus 7
     state.last_full = True  # (the verifier sets it from the raw verdict)
     block = check_draft(state, 1, [8, 9], [], ahead=True, assumed_token=7)
     assert block is not None and block.ahead and block.tokens == [8, 9]
@@ -101,7 +101,7 @@ def test_an_ahead_block_is_verified_only_when_its_assumption_held():
 
 def test_a_stale_ahead_block_after_the_end_is_discarded_not_refused():
     state = new_session(max_new_tokens=1)
-    settle(state, [5], 0, 6)
+    commit_round(state, [5], 0, 6)
     assert state.finished
     assert check_draft(state, 1, [8], [], ahead=True, assumed_token=6) is None
 

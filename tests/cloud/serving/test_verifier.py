@@ -57,7 +57,7 @@ def test_start_prefills_all_but_the_pending_token_and_keys_are_unique(config):
     verifier = Verifier(config, backend)
     a = verifier.start(request([1, 2, 3]))
     b = verifier.start(request([7]))
-    assert backend.opened == {a.kv: [1, 2], b.kv: []} and a.kv != b.kv
+    assert backend.opened == {a.cache_key: [1, 2], b.cache_key: []} and a.cache_key != b.cache_key
     assert verifier.limits.max_context == 64 and verifier.limits.max_k == 4
 
 
@@ -100,10 +100,10 @@ def test_finish_frees_the_cache_once(config):
     backend = ScriptedBackend([])
     verifier = Verifier(config, backend)
     state = verifier.start(request([1, 2]))
-    key = state.kv
+    key = state.cache_key
     verifier.finish(state)
     verifier.finish(state)
-    assert backend.closed == [key] and state.kv is None
+    assert backend.closed == [key] and state.cache_key is None
 
 
 def test_a_tree_commits_its_accepted_path(config):
@@ -152,7 +152,7 @@ def test_a_failing_row_fails_only_its_own_session(config):
     backend = FailingRowBackend(bad_key=2)
     verifier = Verifier(config, backend)
     a, b, c = (verifier.start(request([1, 2])) for _ in range(3))
-    assert b.kv == 2
+    assert b.cache_key == 2
     results = verifier.step([VerifyItem(s, DraftBlock(0, [5])) for s in (a, b, c)])
     assert isinstance(results[1], ValueError)
     assert results[0].next_token == 42 and results[2].next_token == 42

@@ -1,0 +1,74 @@
+"""The draft run over a cloud-only stream, off the event loop.
+
+What the draft would have proposed at each streamed token tells the planner the tokens per
+round speculation would commit here (``Planner.record_shadow``), and keeps the draft's cache in
+step with the stream. While the planner judges the draft unpromising it rests
+(``Planner.shadow_wanted``) and a look starts it from the last ``SHADOW_CONTEXT`` tokens; the
+next speculative segment resets it. Everything it needs is passed in: it never reads the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Callable
+
+from edgespec.edge.drafter import Drafter
+from edgespec.edge.lookup import LookupConfig
+from edgespec.edge.planner import Planner
+
+SHADOW_CONTEXT = 16  # tokens of recent context the shadow re-reads when a look follows a rest
+
+
+class Shadow:
+    """``observe`` each streamed message's tokens (after committing them); ``finish`` at the end."""
+
+    def __init__(self, drafter: Drafter, draft_thread: Executor, planner: Planner, committed: list[int], *,
+                 block_k: Callable[[], int], lookup: LookupConfig | None):
+        self.drafter, self.draft_thread, self.planner = drafter, draft_thread, planner
+        self.block_k, self.lookup = block_k, lookup
+        self.pending: asyncio.Future | None = None
+        self.resting = False  # the planner has had the draft skip streamed tokens
+        self.synced = drafter.tokens[: len(committed)] == committed
+        if self.synced:
+            drafter.rollback_to(len(committed))
+
+    def observe(self, tokens: list[int], committed: list[int], max_context: int) -> None:
+        """``tokens`` were just streamed and committed (``committed`` ends with them)."""
+        if len(committed) + 1 >= max_context:
+            self.synced = False  # the draft falls behind; the next speculative segment resets it
+            return
+        if not self.planner.shadow_wanted(len(tokens)):
+            self.synced, self.resting = False, True
+            return
+        context = None
+        if not self.synced:
+            if not self.resting:
+                return  # fell behind: the next speculative segment resets it
+            context = committed[-len(tokens) - SHADOW_CONTEXT : -len(tokens)]  # a look after a rest
+            self.synced, self.resting = True, False
+        k = self.block_k()
+        # One draft thread: observations run in the order the tokens came.
+        future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, list(tokens))
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is not None:
+                self.synced = False
+                return
+            self.planner.record_shadow([p == t for p, t in zip(f.result(), tokens)], k)
+
+        future.add_done_callback(done)
+        self.pending = future
+
+    def _look(self, context: list[int] | None, tokens: list[int]) -> list[int]:
+        if context is not None:
+            self.drafter.reset(context)
+        return self.drafter.observe(tokens, self.lookup)
+
+    async def finish(self, committed: list[int]) -> None:
+        """Waits for the draft thread (the next segment uses the draft); marks the shadow out of
+        step when the draft no longer follows ``committed``."""
+        if self.pending is not None:
+            await asyncio.gather(self.pending, return_exceptions=True)
+        if self.synced and self.drafter.tokens != committed[: len(self.drafter.tokens)]:
+            self.synced = False
