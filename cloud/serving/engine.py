@@ -118,17 +118,13 @@ class TargetEngine:
         self.tokenizer = load_tokenizer(config.model)
         self.tokenizer_fingerprint = fingerprint(config.model)
         started = time.perf_counter()
-        model: Any = AutoModelForCausalLM.from_pretrained(config.model, dtype=self.dtype, local_files_only=True)
-        self.model = model.to(self.device)
+        self.model = cast(Any, AutoModelForCausalLM.from_pretrained(config.model, dtype=self.dtype, local_files_only=True)).to(self.device)
         self.model.eval()
         self.load_s = time.perf_counter() - started
         self.params = sum(p.numel() for p in self.model.parameters())
         model_config = self.model.config.get_text_config(decoder=True)
         # The logits' width: ids below it are valid inputs even if the tokenizer is smaller.
-        embeddings = self.model.get_output_embeddings()
-        if embeddings is None:
-            raise ValueError(f"{config.model}: the model has no output embeddings (not a causal LM head)")
-        self.vocab_size = int(embeddings.weight.shape[0])
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         model_limit = int(getattr(model_config, "max_position_embeddings", 0) or 0)
         if config.max_context and model_limit and config.max_context > model_limit:
             raise ValueError(
