@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="sampling: replay a run's seed (printed with the stats); default: a fresh one from the OS")
     parser.add_argument("--k", default="auto", help="drafted tokens per round: a number or 'auto'")
     parser.add_argument("--mode", choices=MODES, default=None, help="verification mode (default: greedy at temperature 0, else exact)")
     parser.add_argument("--no-lookup", action="store_true",

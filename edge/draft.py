@@ -217,7 +217,9 @@ class DraftModel:
             logits = None if lookup_decides else self._feed(self.tokens[self.cache_len :])[-1]
             if sampling:
                 dist = self._draft_dist(logits, found, params, top_n, lookup_weight)
-                token = sample(dist, rng)  # NOTE: a point mass draws its uniform too: same stream either way
+                # NOTE: a point mass draws its uniform too: same stream either way. The context is
+                # the whole sequence, so len(tokens) is the absolute position (coupled draws).
+                token = sample(dist, rng, len(self.tokens))
                 q.append(dist)
             elif lookup_decides:
                 token = found
@@ -266,19 +268,41 @@ class DraftModel:
         new = self._checked_ids(token_ids, "token_ids")
         if not new:
             return []
-        if not self.tokens:
-            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
-        self._check_length(len(self.tokens) + len(new), "the context after observe")
-        if self.cache_len == len(self.tokens):
-            self._trim_cache(self.cache_len - 1)  # the logits after the last token are not cached
-        offset = len(self.tokens) - 1 - self.cache_len
-        logits = self._feed(self.tokens[self.cache_len :] + new[:-1])
+        logits, offset = self._feed_observed(new)
         predicted = []
         for i, token in enumerate(new):
             guess = lookup_next(self.tokens, lookup) if lookup is not None else None
             predicted.append(int(np.argmax(logits[offset + i])) if guess is None else guess)
             self.tokens.append(token)
         return predicted
+
+    def observe_chances(self, token_ids: Sequence[int], *, sampling: SamplingParams, lookup: LookupConfig | None = None,
+                        lookup_weight: float = 1.0) -> list[float]:
+        """Sampled: appends streamed tokens (as ``observe``) and returns, per token, the chance a
+        draft there would have been accepted, estimated as q(token) under the draft's sampling
+        distribution (mixed with the lookup's point mass where it has a guess)."""
+        new = self._checked_ids(token_ids, "token_ids")
+        if not new:
+            return []
+        logits, offset = self._feed_observed(new)
+        chances = []
+        for i, token in enumerate(new):
+            guess = lookup_next(self.tokens, lookup) if lookup is not None else None
+            q = float(probs_from_logits(logits[offset + i], sampling)[token])
+            chances.append(q if guess is None else lookup_weight * (guess == token) + (1.0 - lookup_weight) * q)
+            self.tokens.append(token)
+        return chances
+
+    def _feed_observed(self, new: list[int]) -> tuple[np.ndarray, int]:
+        """One forward that brings the cache up to the context plus ``new`` but its last token;
+        returns (logits, offset): ``logits[offset + i]`` is the prediction for ``new[i]``."""
+        if not self.tokens:
+            raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
+        self._check_length(len(self.tokens) + len(new), "the context after observe")
+        if self.cache_len == len(self.tokens):
+            self._trim_cache(self.cache_len - 1)  # the logits after the last token are not cached
+        offset = len(self.tokens) - 1 - self.cache_len
+        return self._feed(self.tokens[self.cache_len :] + new[:-1]), offset
 
     def _feed(self, ids: list[int]) -> np.ndarray:
         """One forward over ``ids`` against the cache; extends the cache. Returns logits [n, V]."""

@@ -18,7 +18,7 @@ from edgespec.edge.drafter import Drafter, DraftSettings
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.params import GenerationParams, Mode
 from edgespec.edge.protocol import Block
-from edgespec.edge.sampling import round_rng
+from edgespec.edge.sampling import PositionDraws, round_rng
 
 GUESS_SALT = 0xB0  # separates the bonus-guess draws from the round's own draws
 
@@ -29,7 +29,7 @@ def draft_settings(params: GenerationParams) -> DraftSettings:
     greedy = params.mode is Mode.GREEDY
     return DraftSettings(
         sampling=None if greedy else params.draft_sampling,
-        top_n=params.top_n if params.mode is Mode.EXACT else 0,
+        top_n=params.top_n if params.mode in (Mode.EXACT, Mode.COUPLED) else 0,
         lookup=LookupConfig() if params.lookup else None,
         lookup_weight=params.lookup_weight,
     )
@@ -53,12 +53,15 @@ class BlockDrafter:
                  clock: Callable[[], float]):
         self.drafter, self.draft_thread, self.clock = drafter, draft_thread, clock
         self.settings = draft_settings(params)
-        self.seed = params.seed
+        self.seed, self.coupled = params.seed, params.mode is Mode.COUPLED
 
     def rngs(self, round_no: int) -> tuple[np.random.Generator | None, np.random.Generator | None]:
         """(the generator of the bonus guess before ``round_no``, the generator of its drafts)."""
         if self.settings.sampling is None:
             return None, None
+        if self.coupled:  # keyed by position, not round: one for the guess and the drafts
+            draws = PositionDraws(self.seed)
+            return draws, draws  # type: ignore[return-value]  # (sample() takes either)
         return np.random.default_rng([self.seed, round_no, GUESS_SALT]), round_rng(self.seed, round_no)
 
     def _timed(self, k: int, rng, alternatives: bool = False):

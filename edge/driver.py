@@ -39,7 +39,7 @@ import grpc
 from edgespec.edge.drafter import Drafter
 from edgespec.edge.drafting import BlockDrafter
 from edgespec.edge.lookup_draft import LookupDraft
-from edgespec.edge.params import GenerationParams, Mode
+from edgespec.edge.params import GenerationParams, served_mode
 from edgespec.edge.planner import Path as Route  # the planner's Path, named apart from pathlib.Path
 from edgespec.edge.planner import Planner
 from edgespec.edge.policies import Policies, RoundTiming
@@ -61,6 +61,7 @@ class Generation:
                  prompt_ids: list[int], params: GenerationParams, info: ServerInfo, *, timeout: float,
                  max_retries: int, planner: Planner | None = None,
                  rtt_probe: Callable[[], Awaitable[float]] | None = None, clock: Clock = time.perf_counter):
+        params = served_mode(params, info.modes)  # an older server: exact instead of coupled
         if params.lookup == "only":
             drafter = LookupDraft(drafter)  # no draft model: every draft comes from the context
         stop = drafter.eos_token_ids if params.stop_token_ids is None else params.stop_token_ids
@@ -73,7 +74,7 @@ class Generation:
         self.draft_thread, self.stub, self.rtt_probe, self.clock = draft_thread, stub, rtt_probe, clock
         self.params, self.info, self.timeout = params, info, timeout
         self.retries = Retries(max_retries, timeout, clock=clock)
-        self.stats = RequestStats()
+        self.stats = RequestStats(seed=None if params.is_greedy else params.seed)
         self.rounds: list[RoundRecord] = []
         self.segments: list[tuple[str, int]] = []  # (path, tokens) in the order they were produced
         self._last_verdict_at = 0.0
@@ -110,6 +111,7 @@ class Generation:
                     self.stats.switches += 1
         finally:
             self.stats.wall_s = self.clock() - started
+            self.stats.switch_log = [switch.to_dict() for switch in planner.switch_log]
 
     def _progress(self, started: float, path: Route, tokens: list[int]) -> None:
         if not tokens:
@@ -232,7 +234,7 @@ class Generation:
         session, planner, stats = self.session, self.policies.planner, self.stats
         auto = planner.mode == "auto"
         probe = asyncio.create_task(self._probe_rtt()) if auto and self.rtt_probe else None
-        shadow = self._shadow() if auto and self.params.mode is Mode.GREEDY else None
+        shadow = self._shadow() if auto else None
         try:
             first_at, since_first = None, 0
             async for tokens, finish in generate_tokens(self.stub, session.generate(), self.timeout, stats):
@@ -261,8 +263,10 @@ class Generation:
 
     def _shadow(self) -> Shadow:
         max_k = self.info.max_k
+        settings = self.drafting.settings
         return Shadow(self.drafter, self.draft_thread, self.policies.planner, self.session.committed,
-                      block_k=lambda: self.policies.block_k(max_k), lookup=self.drafting.settings.lookup)
+                      block_k=lambda: self.policies.block_k(max_k), lookup=settings.lookup,
+                      sampling=settings.sampling, lookup_weight=settings.lookup_weight, clock=self.clock)
 
     async def _probe_rtt(self) -> None:
         while True:

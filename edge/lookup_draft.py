@@ -100,3 +100,9 @@ class LookupDraft:
             predicted.append(self.guess(lookup))
             self.tokens.append(token)
         return predicted
+
+    def observe_chances(self, token_ids: Sequence[int], *, sampling: SamplingParams, lookup: LookupConfig | None = None,
+                        lookup_weight: float = 1.0) -> list[float]:
+        """Sampled: appends streamed tokens; per token, the chance a draft there would have been
+        accepted. A point mass on the guess is accepted exactly when the target's sample is it."""
+        return [1.0 if guess == token else 0.0 for guess, token in zip(self.observe(token_ids, lookup), token_ids)]

@@ -12,7 +12,6 @@ from typing import Any
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for (legacy) completions; chat runs to a stop or the context's end
 MAX_STOP = 4
-SEEDED_K = 4  # drafts per round of a seeded sampled request: the same seed, the same text
 
 
 class RequestError(Exception):
@@ -59,16 +58,13 @@ def generation_params(body: dict, *, chat: bool = False) -> dict:
     top_k = _number(body, "top_k", 0, int, -1, None)  # vLLM's field: -1 or 0 is off
     params: dict[str, Any] = {"max_new_tokens": max_tokens(body, chat=chat)}
     if temperature > 0:
-        params.update(temperature=max(temperature, 1e-3), top_p=top_p if top_p > 0 else 1.0, mode="exact")
+        # The SDK's default mode (coupled): draws keyed by position, so a seed reproduces at any k.
+        params.update(temperature=max(temperature, 1e-3), top_p=top_p if top_p > 0 else 1.0)
         if top_k > 0:  # greedy takes the argmax, which every top-k keeps: nothing to apply
             params["top_k"] = top_k
     seed = _number(body, "seed", None, int, 0, 2**63 - 1)
     if seed is not None:
         params["seed"] = seed
-        if temperature > 0:
-            # Draws are seeded per round; adaptive k (and the path switches that come with it)
-            # moves round boundaries with measured timings, so a seeded request drafts a fixed k.
-            params["k"] = SEEDED_K
     return params
 
 

@@ -9,13 +9,19 @@ Terms (Leviathan et al. 2023): p is the target distribution, q the draft distrib
 - *greedy*: accept while draft == argmax p; the output is token-identical to target greedy.
 - *exact*: the device sends q; accept with min(1, p/q), recover from max(0, p - q).
 - *token*: tokens only on the wire; q is taken as a point mass on the drafted token.
+- *coupled*: tokens only on the wire; both sides draw position P with the same exponentials
+  E_P(v) (keyed by seed and absolute position): the draft's token is argmax q/E_P, the verifier
+  emits t_P = argmax p/E_P and accepts a draft iff it equals t_P. The output is a function of
+  (seed, prompt, target) alone: the same for any k, send-ahead, path switches, and cloud-only.
 
 No numpy, torch or gRPC here: plain validated dataclasses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import secrets
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeGuard
@@ -25,6 +31,7 @@ from typing import TypeGuard
 MIN_TEMPERATURE = 1e-3
 MAX_TEMPERATURE = 100.0
 MAX_SEED = 2**64 - 1
+OS_SEED_BITS = 63  # an unseeded sampled request draws its seed from the OS: fits a signed int64 too
 MAX_SEND_AHEAD = 8  # blocks in flight at most
 MAX_TREE_EXTRA = 16  # runner-up tokens per tree draft at most
 # draft_temperature "auto": the draft samples q at this fraction of the target's temperature.
@@ -36,6 +43,7 @@ class Mode(str, Enum):
     GREEDY = "greedy"
     EXACT = "exact"
     TOKEN = "token"
+    COUPLED = "coupled"
 
 
 class Finish(str, Enum):
@@ -71,13 +79,16 @@ class SamplingParams:
     temperature: 0 means greedy (argmax); otherwise in [MIN_TEMPERATURE, MAX_TEMPERATURE].
     top_k: keep the top_k most likely tokens; 0 disables.
     top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1 disables.
-    seed: together with the round number, seeds every random draw of a session.
+    seed: keys every random draw (coupled mode: with the absolute position; exact and token
+    modes: with the round number). None (the default) draws a fresh one from the OS when the
+    parameters sample (``secrets.randbits(63)``), 0 when greedy (no draws); read it back from
+    ``.seed`` (the SDK reports it in ``stats.seed``) to replay a run.
     """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
-    seed: int = 0
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         t = self.temperature
@@ -90,6 +101,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not (isinstance(self.top_p, (int, float)) and math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if self.seed is None:
+            object.__setattr__(self, "seed", 0 if self.is_greedy else secrets.randbits(OS_SEED_BITS))
         if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
             raise ValueError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
 
@@ -102,13 +115,15 @@ class SamplingParams:
 class GenerationParams(SamplingParams):
     """What to generate and how: the sampling parameters plus the device's own choices.
 
-    mode: greedy (token-identical to the target's greedy output), exact (speculative sampling
-    with q on the wire) or token (sampling with tokens only on the wire). None picks greedy at
-    temperature 0 and exact otherwise.
+    mode: greedy (token-identical to the target's greedy output), coupled (sampling with tokens
+    only on the wire and position-keyed draws: a seed reproduces whatever k, send-ahead or the
+    planner do), exact (speculative sampling with q on the wire, draws keyed by round) or token
+    (tokens only, the point-mass rule). None picks greedy at temperature 0 and coupled otherwise.
     k: drafted tokens per round, a number or "auto" (adaptive from measured acceptance and cost).
     stop_token_ids: None means the draft's end-of-sequence ids (from its manifest).
     top_n: exact mode sends q truncated to its top_n tokens (0 = all tokens with q > 0);
-    the device samples from exactly what it sends.
+    the device samples from exactly what it sends. Coupled mode draws from the same cut (it
+    bounds the hashing per drafted token; nothing is sent).
     speculate: "auto" (the default) lets the device choose, with k "auto", between speculation
     and cloud-only streaming per request from measured figures, switching mid-generation when
     the other is clearly faster (``edgespec.edge.planner``); with a fixed k it speculates.
@@ -150,7 +165,7 @@ class GenerationParams(SamplingParams):
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if not _is_int(self.top_n) or self.top_n < 0:
             raise ValueError(f"top_n must be an integer >= 0 (0 = every token with q > 0), got {self.top_n!r}")
-        mode = self.mode or (Mode.GREEDY if self.is_greedy else Mode.EXACT)
+        mode = self.mode or (Mode.GREEDY if self.is_greedy else Mode.COUPLED)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         mode = Mode(mode)
@@ -194,3 +209,12 @@ class GenerationParams(SamplingParams):
         if isinstance(t, str):  # "auto" (__post_init__ allows no other string)
             t = min(MAX_TEMPERATURE, max(MIN_TEMPERATURE, DRAFT_TEMPERATURE_RATIO * self.temperature))
         return SamplingParams(t, self.top_k, self.top_p, self.seed)
+
+
+def served_mode(params: GenerationParams, modes: tuple[str, ...]) -> GenerationParams:
+    """``params`` for a server that lists ``modes`` (``ServerInfo.modes``): coupled mode, new in
+    issue 26, falls back to exact on an older server (draws then keyed by round: the same
+    distribution, but a seed reproduces only at a fixed k). Otherwise ``params`` unchanged."""
+    if params.mode is Mode.COUPLED and Mode.COUPLED.value not in modes:
+        return dataclasses.replace(params, mode=Mode.EXACT)
+    return params

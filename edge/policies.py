@@ -47,7 +47,9 @@ class Policies:
 
     def __init__(self, params: GenerationParams, info: ServerInfo, planner: Planner | None = None):
         self.planner = planner or Planner(path_mode(params))
-        self.k: KPolicy = make_policy(params.k, k_max=info.max_k)
+        # Adaptive k chooses by the planner's acceptance by position, so it reaches the k the
+        # planner's forecast assumes (and the first probing blocks say what longer ones commit).
+        self.k: KPolicy = make_policy(params.k, k_max=info.max_k, tokens=self.planner.expected_tokens)
         self.send_ahead = params.send_ahead if info.send_ahead else 1
         self.tree = params.tree if params.mode is Mode.GREEDY else 0
         self.max_tree_tokens = info.max_tree_tokens

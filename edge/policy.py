@@ -150,7 +150,8 @@ class AdaptiveK:
         self.wait.add(k, wait_ms)
 
 
-def make_policy(k: int | str, *, k_max: int = 16) -> KPolicy:
-    """``k`` is a number (fixed) or "auto" (adaptive); ``params.parse_k`` reads it."""
+def make_policy(k: int | str, *, k_max: int = 16, tokens: Callable[[int], float] | None = None) -> KPolicy:
+    """``k`` is a number (fixed) or "auto" (adaptive); ``params.parse_k`` reads it. ``tokens``:
+    adaptive k's expected tokens per round at k (``AdaptiveK``)."""
     k = parse_k(k)
-    return AdaptiveK(k_max=k_max) if k == "auto" else FixedK(int(k))
+    return AdaptiveK(k_max=k_max, tokens=tokens) if k == "auto" else FixedK(int(k))

@@ -1,8 +1,10 @@
 """The draft run over a cloud-only stream, off the event loop.
 
 What the draft would have proposed at each streamed token tells the planner the tokens per
-round speculation would commit here (``Planner.record_shadow``), and keeps the draft's cache in
-step with the stream. While the planner judges the draft unpromising it rests
+round speculation would commit here (greedy: ``Planner.record_shadow``, hits; sampled:
+``Planner.record_shadow_sampled``, the chance each streamed token would have been accepted), and
+its time on the draft thread is the shadow's own cost; the draft's cache keeps in step with the
+stream. While the planner judges the draft unpromising it rests
 (``Planner.shadow_wanted``) and a look starts it from the last ``SHADOW_CONTEXT`` tokens; the
 next speculative segment resets it. Everything it needs is passed in: it never reads the run.
 """
@@ -10,11 +12,13 @@ next speculative segment resets it. Everything it needs is passed in: it never r
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import Executor
 from typing import Callable
 
 from edgespec.edge.drafter import Drafter
 from edgespec.edge.lookup import LookupConfig
+from edgespec.edge.params import SamplingParams
 from edgespec.edge.planner import Planner
 
 SHADOW_CONTEXT = 16  # tokens of recent context the shadow re-reads when a look follows a rest
@@ -24,9 +28,12 @@ class Shadow:
     """``observe`` each streamed message's tokens (after committing them); ``finish`` at the end."""
 
     def __init__(self, drafter: Drafter, draft_thread: Executor, planner: Planner, committed: list[int], *,
-                 block_k: Callable[[], int], lookup: LookupConfig | None):
+                 block_k: Callable[[], int], lookup: LookupConfig | None, sampling: SamplingParams | None = None,
+                 lookup_weight: float = 1.0, clock: Callable[[], float] = time.perf_counter):
         self.drafter, self.draft_thread, self.planner = drafter, draft_thread, planner
-        self.block_k, self.lookup = block_k, lookup
+        self.block_k, self.lookup, self.clock = block_k, lookup, clock
+        self.sampling = sampling if sampling is not None and not sampling.is_greedy else None
+        self.lookup_weight = lookup_weight
         self.pending: asyncio.Future | None = None
         self.resting = False  # the planner has had the draft skip streamed tokens
         self.synced = drafter.tokens[: len(committed)] == committed
@@ -55,15 +62,26 @@ class Shadow:
             if f.cancelled() or f.exception() is not None:
                 self.synced = False
                 return
-            self.planner.record_shadow([p == t for p, t in zip(f.result(), tokens)], k)
+            seen, draft_ms = f.result()
+            if self.sampling is None:
+                self.planner.record_shadow([p == t for p, t in zip(seen, tokens)], k, draft_ms=draft_ms)
+            else:
+                self.planner.record_shadow_sampled(seen, k, draft_ms=draft_ms)
 
         future.add_done_callback(done)
         self.pending = future
 
-    def _look(self, context: list[int] | None, tokens: list[int]) -> list[int]:
+    def _look(self, context: list[int] | None, tokens: list[int]) -> tuple[list, float]:
+        """(greedy: the draft's guess at each token; sampled: each token's chance), and the ms it took."""
+        started = self.clock()
         if context is not None:
             self.drafter.reset(context)
-        return self.drafter.observe(tokens, self.lookup)
+        if self.sampling is None:
+            seen: list = self.drafter.observe(tokens, self.lookup)
+        else:
+            seen = self.drafter.observe_chances(tokens, sampling=self.sampling, lookup=self.lookup,
+                                                lookup_weight=self.lookup_weight)
+        return seen, (self.clock() - started) * 1000
 
     async def finish(self, committed: list[int]) -> None:
         """Waits for the draft thread (the next segment uses the draft); marks the shadow out of

@@ -36,6 +36,12 @@ class RequestStats:
     server_batch_sizes: list[int] = field(default_factory=list)
     move_outages_s: list[float] = field(default_factory=list)  # per move: last token before -> first after
     replica_ids: list[str] = field(default_factory=list)  # the replica of each speculative stream, in order
+    # k=auto's decisions: the path it started on and each switch, with the two predicted
+    # ms/token and the reason (``planner.Switch.to_dict``), in order.
+    switch_log: list[dict] = field(default_factory=list)
+    # Sampled requests: the seed every draw was keyed by (drawn from the OS when none was
+    # given): pass it as ``seed`` to replay the text. None for greedy requests.
+    seed: int | None = None
 
     def record_round(self, k: int, accepted: int, emitted: int, *, batch_size: int = 0) -> None:
         """Counts one verified round: ``k`` drafts, ``accepted`` passed, ``emitted`` committed."""
@@ -61,7 +67,7 @@ class RequestStats:
         out = cls()
         for item in items:
             for name, value in asdict(item).items():
-                if isinstance(value, (int, float)):
+                if isinstance(value, (int, float)) and name != "seed":
                     setattr(out, name, getattr(out, name) + value)
             for name in ("drafted_at", "accepted_at"):
                 mine, theirs = getattr(out, name), getattr(item, name)
@@ -72,6 +78,7 @@ class RequestStats:
             out.server_batch_sizes.extend(item.server_batch_sizes)
             out.move_outages_s.extend(item.move_outages_s)
             out.replica_ids.extend(item.replica_ids)
+            out.switch_log.extend(item.switch_log)
         return out
 
     # ---- derived rates -------------------------------------------------------------------
@@ -131,6 +138,7 @@ class RequestStats:
             return (
                 f"{self.generated} tokens in {self.wall_s:.2f}s ({self.ms_per_token:.1f} ms/token), "
                 f"cloud-only, target calls/token {self.target_calls_per_token:.2f}"
+                + (f", seed {self.seed}" if self.seed is not None else "")
             )
         by_pos = " ".join(f"{rate:.2f}" for rate in self.acceptance_by_position)
         return (
@@ -143,5 +151,6 @@ class RequestStats:
             + (f", {self.ahead_hits} sent ahead / {self.discarded_blocks} discarded" if self.ahead_hits or self.discarded_blocks else "")
             + (f", {self.cloud_only_tokens} cloud-only tokens, {self.switches} switch(es)" if self.cloud_only_tokens else "")
             + (f", {self.resumes} resume(s)" if self.resumes else "")
+            + (f", seed {self.seed}" if self.seed is not None else "")
             + (f", moved {self.moves} time(s) (longest outage {max(self.move_outages_s, default=0) * 1000:.0f} ms)" if self.moves else "")
         )

@@ -13,7 +13,12 @@ from edgespec.edge.params import Finish, Mode, SamplingParams
 from edgespec.edge.types import ServerInfo
 from edgespec.v1 import speculative_pb2 as pb
 
-MODE_TO_WIRE = {Mode.GREEDY: pb.VERIFY_MODE_GREEDY, Mode.EXACT: pb.VERIFY_MODE_EXACT, Mode.TOKEN: pb.VERIFY_MODE_TOKEN}
+MODE_TO_WIRE = {
+    Mode.GREEDY: pb.VERIFY_MODE_GREEDY,
+    Mode.EXACT: pb.VERIFY_MODE_EXACT,
+    Mode.TOKEN: pb.VERIFY_MODE_TOKEN,
+    Mode.COUPLED: pb.VERIFY_MODE_COUPLED,
+}
 MODE_FROM_WIRE = {number: mode for mode, number in MODE_TO_WIRE.items()}
 FINISH_TO_WIRE = {
     Finish.NONE: pb.FINISH_REASON_UNSPECIFIED,

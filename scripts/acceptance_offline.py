@@ -3,7 +3,9 @@
 For each temperature T: the target samples a continuation of each prompt; at every generated
 position the per-position acceptance E[sum min(p, q)] is computed for q = the draft model's
 distribution at draft temperature r*T (for each ratio r), and for q mixed with a context
-lookup's point mass at weight w. Prints one JSON line per T and writes them all to --out.
+lookup's point mass at weight w. With --coupled, also the acceptance of coupled mode for the
+same q: P(argmax q/E == argmax p/E) with one Exp(1) per token, computed exactly
+(``coupled_agreement``). Prints one JSON line per T and writes them all to --out.
 
     .venv/bin/python scripts/acceptance_offline.py --models models/demo --prompts prompts/heldout.jsonl \\
         --ratios 0.8,0.9,1.0,1.1,1.25,1.5 --weights 1.0,0.9 --out runs/sampling/offline.json
@@ -31,6 +33,18 @@ def floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",")]
 
 
+def coupled_agreement(p: np.ndarray, q: np.ndarray) -> float:
+    """P(argmax_v q_v / E_v == argmax_v p_v / E_v), E iid Exp(1): the draft's acceptance at one
+    position in coupled mode. Both pick v iff E_w > E_v max(p_w / p_v, q_w / q_v) for every w;
+    integrating over E_v gives P(both pick v) = p_v q_v / sum_w max(p_w q_v, q_w p_v)."""
+    support = np.flatnonzero((q > 0) & (p > 0))  # only these can be picked by both
+    if support.size == 0:
+        return 0.0
+    pv, qv = p[support][:, None], q[support][:, None]  # [S, 1]
+    denominator = np.maximum(p[None, :] * qv, q[None, :] * pv).sum(axis=1)  # [S], over every w
+    return float((p[support] * q[support] / denominator).sum())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=Path("models/demo"), help="folder with target/ and draft/")
@@ -41,6 +55,7 @@ def main() -> None:
     parser.add_argument("--ratios", type=floats, default=[0.8, 0.9, 1.0, 1.1, 1.25, 1.5], help="draft T / target T")
     parser.add_argument("--weights", type=floats, default=[1.0, 0.9], help="lookup_weight values")
     parser.add_argument("--top-n", type=int, default=64)
+    parser.add_argument("--coupled", action="store_true", help="also coupled mode's acceptance for the same q")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -71,6 +86,8 @@ def main() -> None:
                     q[dist.token_ids] = dist.probs
                     model = float(np.minimum(p, q).sum())
                     acceptance.setdefault(f"model r={ratio}", []).append(model)
+                    if args.coupled:
+                        acceptance.setdefault(f"coupled model r={ratio}", []).append(coupled_agreement(p, q))
                     for weight in args.weights:
                         if found is None:
                             mixed = model
@@ -79,6 +96,9 @@ def main() -> None:
                             qm[found] += weight
                             mixed = float(np.minimum(p, qm).sum())
                         acceptance.setdefault(f"lookup w={weight} r={ratio}", []).append(mixed)
+                        if args.coupled:
+                            coupled = coupled_agreement(p, q) if found is None else coupled_agreement(p, qm)
+                            acceptance.setdefault(f"coupled lookup w={weight} r={ratio}", []).append(coupled)
                 acceptance.setdefault("lookup hit", []).append(float(found is not None))
         results[temperature] = {name: float(np.mean(values)) for name, values in acceptance.items()}
         print(f"T={temperature}", json.dumps(results[temperature]), flush=True)

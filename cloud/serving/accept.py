@@ -17,17 +17,23 @@ Per round the verifier emits n + 1 tokens:
 Invariant: every emitted token follows the target distribution p exactly, whatever q is.
 In greedy mode the emitted tokens are exactly the target's argmax tokens.
 
-Three modes:
+Four modes:
 
 - greedy: accept while x_i == argmax p_i; draws no random numbers.
 - exact sampling: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)).
 - token-only sampling: q is unknown on the server, so it is taken as a point mass on the
   drafted token: accept with probability p_i(x_i); on rejection draw from p_i with x_i removed
   (the residual of a point mass). Lossless too, with lower acceptance.
+- coupled sampling (``verify_coupled``): the token at absolute position P is always
+  t_P = argmax_v p_P(v) / E_P(v), with E_P(v) ~ Exp(1) keyed by (seed, P, v) alone
+  (``edgespec.edge.sampling.position_exponentials``); x_i is accepted iff x_i == t_P, the
+  first mismatch emits t_P (the recovered token), all accepted emit t_{P+k} (the bonus). No q
+  on the wire: the device drew x_i = argmax q/E_P with the same E_P.
 
-Randomness comes only from the per-row ``torch.Generator`` passed in, drawn in a fixed order
-(k uniforms, then |V| exponentials), so a round re-verified with the same seed gets the same
-verdict regardless of which other sessions share its batch.
+Randomness in exact and token modes comes only from the per-row ``torch.Generator`` passed in,
+drawn in a fixed order (k uniforms, then |V| exponentials), so a round re-verified with the same
+seed gets the same verdict regardless of which other sessions share its batch. In coupled mode
+it comes only from (seed, position): the verdicts do not depend on rounds either.
 
 This module also holds what turns a verified batch into those calls (``accept_rows``): the
 per-session ``Row`` of a batch, the target distribution p under each row's temperature /
@@ -42,9 +48,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from edgespec.edge.params import Mode, SamplingParams
+from edgespec.edge.sampling import coupled_token
 
 Q = list[tuple[list[int], list[float]]]
 
@@ -65,6 +73,13 @@ class Row:
     @property
     def drafts(self) -> list[int]:
         return self.tokens[1:]
+
+    @property
+    def position(self) -> int:
+        """The absolute position (index in prompt + generated) of the row's first draft, which
+        is the position of the token the row emits first: the cache holds every committed
+        token but the pending one, so it is ``cache_len + 1``."""
+        return self.cache_len + 1
 
     @property
     def tree(self) -> list[int] | None:
@@ -191,6 +206,28 @@ def verify_sampling(
     return accepted, next_token
 
 
+def verify_coupled(
+    draft_tokens: list[int],  # [k] x_P .. x_{P+k-1}
+    target_probs: np.ndarray,  # [k+1, V] p_P .. p_{P+k} (float64)
+    seed: int,
+    position: int,  # P: the absolute position of the first draft
+) -> tuple[int, int]:
+    """Coupled verification: returns (accepted, next_token).
+
+    The target's token at each position j is t_j = argmax_v p_j(v) / E_{P+j}(v) (exponentials
+    keyed by seed and absolute position: an exact sample from p_j, independent of everything
+    before P + j). Drafts are accepted while x_j == t_j; next_token is t at the first
+    mismatch, or the bonus t_{P+k}. Every emitted token is a t, so the output is the target's
+    own seeded sample, however the positions were split into rounds. Positions after the first
+    mismatch are never hashed.
+    """
+    for j in range(len(draft_tokens) + 1):
+        token = coupled_token(target_probs[j], seed, position + j)
+        if j == len(draft_tokens) or draft_tokens[j] != token:
+            return j, token
+    raise AssertionError("unreachable: the loop returns at j == k")
+
+
 def round_generator(seed: int, round_no: int) -> torch.Generator:
     """The generator for one session round: deterministic in (seed, round)."""
     # A multiplicative mix keeps nearby (seed, round) pairs far apart in seed space.
@@ -301,6 +338,11 @@ def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tup
     num_drafts = torch.tensor([len(row.drafts) for row in rows], dtype=torch.long)
     for b, row in enumerate(rows):
         drafts[b, : len(row.drafts)] = torch.tensor(row.drafts, dtype=torch.long)
+    if mode is Mode.COUPLED:
+        return [
+            verify_coupled(row.drafts, target_probs(row_logits, row.sampling).double().cpu().numpy(), row.sampling.seed, row.position)
+            for row, row_logits in zip(rows, logits)
+        ]
     if mode is Mode.GREEDY:
         padded = torch.full((batch, max_k + 1, vocab), float("-inf"))
         for b, row_logits in enumerate(logits):

@@ -41,7 +41,9 @@ def open_from_proto(msg: pb.Open) -> OpenRequest:
 def generate_from_proto(msg: pb.GenerateRequest) -> OpenRequest:
     """A Generate call is a session that never drafts: greedy, or sampling from p."""
     sampling = _sampling(msg.sampling)
-    mode = Mode.GREEDY if sampling.is_greedy else Mode.TOKEN
+    # Cloud-only sampling is the coupled rule with no drafts: t_P = argmax p / E_P at every
+    # position, so a seed gives the same text here as through speculation in coupled mode.
+    mode = Mode.GREEDY if sampling.is_greedy else Mode.COUPLED
     return OpenRequest(
         prompt_ids=list(msg.prompt_ids),
         sampling=sampling,

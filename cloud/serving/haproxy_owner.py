@@ -14,6 +14,12 @@ the next Serve on the machine fails at start ("cannot bind socket").
 - stats and metrics ports from the caller or chosen free, in ``PORT_RANGE`` (outside Linux's
   ephemeral range, which Ray's processes draw from when they bind port 0, and outside Ray's
   worker and replica port ranges);
+- the ports of Serve's fallback proxy (where HAProxy sends what no replica takes directly) chosen
+  free too, and a window of its own for the replicas' direct-ingress ports: Ray's defaults (9500
+  and 8500; replicas from 40000 and 30000 up) are the same for every Serve and bound with
+  SO_REUSEPORT, so two Serves on one machine both listened on them and the kernel split
+  connections between them (a client of one reached the other's model: seen as "tokenizer
+  mismatch" and foreign API-key errors between concurrent tests);
 - those two listeners on loopback unless ``expose_stats``: Ray's template binds them on all
   interfaces, so ``RAY_SERVE_HAPROXY_BINARY_PATH`` points at a two-line wrapper that rewrites
   their ``bind`` lines in the config HAProxy is started with, then execs the real binary;
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -67,6 +74,22 @@ def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozen
             _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {low}-{high}")
+
+
+# Serve's direct-ingress port ranges for replicas (Ray's defaults), cut into windows: each owner
+# takes one whose ports are all free, chosen at random, so concurrent Serves do not share ports.
+REPLICA_PORT_RANGES = {"GRPC": (40000, 41000), "HTTP": (30000, 31000)}
+REPLICA_WINDOW = 16
+
+
+def free_replica_window() -> int:
+    """A window index whose gRPC and HTTP replica ports are all bindable now (-1: none found)."""
+    windows = (REPLICA_PORT_RANGES["GRPC"][1] - REPLICA_PORT_RANGES["GRPC"][0]) // REPLICA_WINDOW
+    for window in random.Random(os.getpid() ^ time.monotonic_ns()).sample(range(windows), windows):
+        ports = [low + window * REPLICA_WINDOW + i for low, _ in REPLICA_PORT_RANGES.values() for i in range(REPLICA_WINDOW)]
+        if all(_bindable(port, "127.0.0.1") and _bindable(port, "0.0.0.0") for port in ports):
+            return window
+    return -1
 
 
 def _bindable(port: int, host: str) -> bool:
@@ -170,6 +193,9 @@ class HAProxyOwner:
     stats_port: int
     metrics_port: int
     expose_stats: bool = False
+    fallback_grpc_port: int = 0  # 0: Ray's default
+    fallback_http_port: int = 0
+    replica_window: int = -1  # which REPLICA_WINDOW-port slice of Serve's replica port ranges; -1: Ray's whole ranges
 
     @classmethod
     def claim(cls, *, stats_port: int | None = None, metrics_port: int | None = None, expose_stats: bool = False,
@@ -188,7 +214,10 @@ class HAProxyOwner:
             raise ValueError(f"HAProxy state directory {directory} is too long: its socket paths would be {longest} "
                              f"characters, HAProxy takes {SOCKET_PATH_MAX} (set EDGESPEC_STATE_DIR to a shorter path)")
         directory.mkdir(mode=0o700)
-        owner = cls(directory, stats_port, metrics_port, expose_stats)
+        fallback_grpc_port = free_port(avoid={stats_port, metrics_port})
+        fallback_http_port = free_port(avoid={stats_port, metrics_port, fallback_grpc_port})
+        owner = cls(directory, stats_port, metrics_port, expose_stats, fallback_grpc_port, fallback_http_port,
+                    free_replica_window())
         if not expose_stats:
             from edgespec.cloud.serving.tls import haproxy_binary
 
@@ -213,6 +242,15 @@ class HAProxyOwner:
             "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(self.directory / "server-state"),
             "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(self.directory / "metrics.sock"),
         }
+        if self.fallback_grpc_port:
+            env["RAY_SERVE_FALLBACK_PROXY_GRPC_PORT"] = str(self.fallback_grpc_port)
+        if self.fallback_http_port:
+            env["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"] = str(self.fallback_http_port)
+        if self.replica_window >= 0:
+            for kind, (low, _) in REPLICA_PORT_RANGES.items():
+                start = low + self.replica_window * REPLICA_WINDOW
+                env[f"RAY_SERVE_DIRECT_INGRESS_MIN_{kind}_PORT"] = str(start)
+                env[f"RAY_SERVE_DIRECT_INGRESS_MAX_{kind}_PORT"] = str(start + REPLICA_WINDOW - 1)
         if not self.expose_stats:
             env["RAY_SERVE_HAPROXY_BINARY_PATH"] = str(self.directory / "haproxy")
         return env

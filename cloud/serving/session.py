@@ -163,7 +163,7 @@ def open_session(req: OpenRequest, limits: Limits, *, generate: bool = False) ->
         if req.mode is None:
             raise invalid(
                 f"unknown verification mode {req.mode_number}; use VERIFY_MODE_GREEDY (1), "
-                "VERIFY_MODE_EXACT (2) or VERIFY_MODE_TOKEN (3)"
+                "VERIFY_MODE_EXACT (2), VERIFY_MODE_TOKEN (3) or VERIFY_MODE_COUPLED (4)"
             )
         if req.mode is not Mode.GREEDY and req.sampling.is_greedy:
             raise invalid(f"mode {req.mode.value} samples: set sampling.temperature > 0, or use greedy mode")

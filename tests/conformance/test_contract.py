@@ -279,6 +279,35 @@ def test_seeded_sampling_gives_the_same_verdicts(stub, info, mode):
     assert outputs[0] == outputs[1]
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_coupled_sessions_commit_exactly_the_seeded_generate_output(stub, info, seed):
+    """VERIFY_MODE_COUPLED: draws keyed by (seed, absolute position), so any drafts, any k, and a
+    resume in the middle commit exactly what Generate samples with the same seed."""
+    if pb.VERIFY_MODE_COUPLED not in info.modes:
+        pytest.skip("coupled mode not served")
+    sampling = pb.SamplingParams(temperature=1.0, seed=seed)
+    reference, _ = generate(stub, info, PROMPT, N, sampling=sampling)
+    assert len(reference) == N
+    rng = random.Random(seed)
+    out, round_no = [], 0
+    for segment_end in (10, N):  # a session, then a resume from every committed token
+        session = Session(stub, info, prompt=PROMPT + out, max_new_tokens=N - len(out), mode=pb.VERIFY_MODE_COUPLED,
+                          sampling=sampling, first_round=round_no)
+        while len(out) < segment_end:
+            k = rng.randint(1, info.max_k)
+            drafts = [reference[len(out) + i] if len(out) + i < N and rng.random() < 0.7 else rng.randrange(info.vocab_size)
+                      for i in range(k)]
+            verdict = session.draft(round_no, drafts)
+            out += committed(verdict, drafts)
+            round_no += 1
+            if verdict.finished:
+                break
+        session.close()
+    assert out == reference and verdict.finish_reason == pb.FINISH_REASON_LENGTH
+    other, _ = generate(stub, info, PROMPT, N, sampling=pb.SamplingParams(temperature=1.0, seed=seed + 10))
+    assert other != reference
+
+
 # ---- statuses -----------------------------------------------------------------------------------
 
 

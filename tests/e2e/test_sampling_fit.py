@@ -1,7 +1,9 @@
 """Sampling with blocks sent ahead follows the target's distribution: the empirical distribution
 of each of the first generated tokens equals the exact one, enumerated over a 5-token
-vocabulary, through the real Serve path (exact and token-only verification; the draft model's
-own q, context lookup's point-mass and mixed q, lookup with no draft model)."""
+vocabulary, through the real Serve path (exact, token-only and coupled verification; the draft
+model's own q, context lookup's point-mass and mixed q, lookup with no draft model). Then coupled
+mode's promise: one seed, one text, whatever k, send-ahead, the planner or the draft; no seed,
+a fresh text each time."""
 
 from __future__ import annotations
 
@@ -98,8 +100,14 @@ def sample_many(address, draft, mode: str, prompt=PROMPT, **extra) -> list[list[
         ("exact", "own", REPEATING, {"lookup_weight": 0.5, "draft_temperature": 0.5}),
         # (token mode with lookup only is the same rule: its drafts are point masses too)
         ("exact", "own", REPEATING, {"lookup": "only"}),
+        # coupled (position-keyed draws, tokens only): q = p (every draft passes), the model's own
+        # q at the draft's temperature, lookup point masses with the model
+        ("coupled", "self", PROMPT, {}),
+        ("coupled", "own", PROMPT, {"lookup": False}),
+        ("coupled", "own", REPEATING, {}),
     ],
-    ids=["exact-self", "exact-model", "token", "exact-lookup", "exact-lookup-mixed", "exact-lookup-only"],
+    ids=["exact-self", "exact-model", "token", "exact-lookup", "exact-lookup-mixed", "exact-lookup-only",
+         "coupled-self", "coupled-model", "coupled-lookup"],
 )
 def test_send_ahead_sampling_follows_the_target_distribution(address, vocab_pair, mode, draft, prompt, extra):
     target, drafts = vocab_pair
@@ -112,6 +120,53 @@ def test_send_ahead_sampling_follows_the_target_distribution(address, vocab_pair
             counts[tokens[position]] += 1
         result = chisquare(counts.numpy(), (expected / expected.sum() * SAMPLES).numpy())
         assert result.pvalue > 1e-4, f"{mode} position {position + 1}: {counts.tolist()} vs {(expected * SAMPLES).tolist()}"
+
+
+def test_coupled_one_seed_one_text_whatever_k_send_ahead_planner_or_draft(address, vocab_pair):
+    """Coupled mode (the SDK's default for sampling): the same seed gives the same tokens at k = 2,
+    k = 4, k = auto (the planner free to switch paths), with and without blocks sent ahead, with
+    either draft, and through Generate (cloud-only); unseeded requests each draw a fresh seed,
+    reported in stats.seed, which replays the text."""
+    _, drafts = vocab_pair
+    common = dict(max_new_tokens=30, temperature=TEMPERATURE, stop_token_ids=())
+    arms = {
+        "k=2": dict(k=2, send_ahead=1),
+        "k=2 ahead 3": dict(k=2, send_ahead=3),
+        "k=4": dict(k=4, send_ahead=1),
+        "k=4 ahead 3": dict(k=4, send_ahead=3),
+        "k=auto": dict(),
+        "k=auto speculating": dict(speculate=True),
+        "k=4 lookup only": dict(k=4, lookup="only"),
+    }
+
+    async def run():
+        texts, hits = {}, 0
+        for draft in ("own", "self"):
+            async with AsyncEdgeClient(address, drafts[draft], timeout=60) as client:
+                for seed in (7, 8):
+                    for name, extra in arms.items():
+                        result = await client.generate(PROMPT, seed=seed, **common, **extra)
+                        assert result.stats.seed == seed
+                        texts[seed, draft, name] = result.token_ids
+                        hits += result.stats.ahead_hits
+                    texts[seed, draft, "cloud-only"] = (await client.generate_cloud(PROMPT, seed=seed, **common)).token_ids
+                if draft == "own":
+                    unseeded = [await client.generate(PROMPT, k=4, **common) for _ in range(3)]
+                    replay = await client.generate(PROMPT, k=2, seed=unseeded[0].stats.seed, **common)
+        return texts, hits, unseeded, replay
+
+    texts, hits, unseeded, replay = asyncio.run(run())
+    assert hits > 0, "no block sent ahead was verified"
+    for seed in (7, 8):
+        reference = texts[seed, "own", "cloud-only"]
+        assert len(reference) == 30
+        for (s, draft, name), tokens in texts.items():
+            if s == seed:
+                assert tokens == reference, f"seed {seed}, {draft} draft, {name}: {tokens} != cloud-only {reference}"
+    assert texts[7, "own", "k=4"] != texts[8, "own", "k=4"]
+    assert len({tuple(r.token_ids) for r in unseeded}) == 3, "three unseeded requests gave the same text"
+    assert len({r.stats.seed for r in unseeded}) == 3
+    assert replay.token_ids == unseeded[0].token_ids  # the reported seed replays the text, at another k
 
 
 def test_the_fit_test_can_fail():

@@ -40,7 +40,7 @@ def test_the_documented_temperature_range_is_accepted():
 
 def test_generation_mode_defaults_follow_temperature():
     assert GenerationParams().mode is Mode.GREEDY
-    assert GenerationParams(temperature=0.7).mode is Mode.EXACT
+    assert GenerationParams(temperature=0.7).mode is Mode.COUPLED  # position-keyed draws, tokens only
     assert GenerationParams(temperature=0.7, mode="token").mode is Mode.TOKEN
     assert GenerationParams(mode="greedy").mode == "greedy"  # a str enum: compares with its name
 

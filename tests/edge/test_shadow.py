@@ -92,3 +92,63 @@ def test_a_look_that_finds_the_draft_good_resumes_the_whole_shadow():
     assert run.draft.run_over >= len(tokens) - bad - 2 * Planner.SHADOW_PERIOD
     assert not planner.unpromising()
     assert run.draft.tokens == run.committed[-len(run.draft.tokens):]  # in step from the look's context on
+
+
+class ChanceDraft(CountingDraft):
+    """Sampled: gives each streamed token the chance 0.25."""
+
+    def observe_chances(self, token_ids: list[int], *, sampling, lookup=None, lookup_weight: float = 1.0) -> list[float]:
+        self.observe(token_ids, lookup)
+        return [0.25] * len(token_ids)
+
+
+def test_a_sampled_stream_feeds_the_planner_chances_and_the_shadows_time():
+    """A sampled request's shadow reports chances (not hits) and the draft thread's time, read
+    from the driver's clock."""
+    from edgespec.edge.params import SamplingParams
+
+    recorded = []
+
+    class Recording(Planner):
+        def record_shadow_sampled(self, chances, k=None, *, draft_ms=None):
+            recorded.append((list(chances), draft_ms))
+
+    ticks = iter(range(0, 10_000, 3))
+    prompt = [1, 2, 3]
+    committed = list(prompt)
+
+    async def go():
+        with ThreadPoolExecutor(1) as draft_thread:
+            shadow = Shadow(ChanceDraft(prompt), draft_thread, Recording(), committed, block_k=lambda: 4, lookup=None,
+                            sampling=SamplingParams(temperature=0.8), clock=lambda: next(ticks) / 1000)
+            for token in (7, 8, 9):
+                committed.append(token)
+                shadow.observe([token], committed, 4096)
+                await asyncio.gather(shadow.pending)
+            await shadow.finish(committed)
+
+    asyncio.run(go())
+    assert [chances for chances, _ in recorded] == [[0.25]] * 3
+    assert [round(ms, 6) for _, ms in recorded] == [3.0] * 3
+
+
+def test_the_draft_models_chance_is_q_of_the_streamed_token(tiny_pair):
+    """``DraftModel.observe_chances``: q(token) under the request's sampling, from the same
+    forward as greedy ``observe`` (which returns the argmax there), the cache kept in step."""
+    import numpy as np
+
+    from edgespec.edge.draft import DraftModel
+    from edgespec.edge.params import SamplingParams
+    from edgespec.edge.sampling import probs_from_logits
+
+    draft = DraftModel(tiny_pair.draft_dir)
+    sampling = SamplingParams(temperature=0.7)
+    prompt, streamed_ids = [5, 6, 7], [8, 9, 10, 11]
+    expected = []
+    for i, token in enumerate(streamed_ids):
+        logits = draft.logits_for_context(prompt + streamed_ids[:i])[-1]
+        expected.append(float(probs_from_logits(logits, sampling)[token]))
+    draft.reset(prompt)
+    chances = draft.observe_chances(streamed_ids, sampling=sampling)
+    assert np.allclose(chances, expected, rtol=1e-4, atol=1e-6)
+    assert draft.tokens == prompt + streamed_ids

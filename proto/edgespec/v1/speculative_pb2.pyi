@@ -13,6 +13,7 @@ class VerifyMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VERIFY_MODE_GREEDY: _ClassVar[VerifyMode]
     VERIFY_MODE_EXACT: _ClassVar[VerifyMode]
     VERIFY_MODE_TOKEN: _ClassVar[VerifyMode]
+    VERIFY_MODE_COUPLED: _ClassVar[VerifyMode]
 
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -24,6 +25,7 @@ VERIFY_MODE_UNSPECIFIED: VerifyMode
 VERIFY_MODE_GREEDY: VerifyMode
 VERIFY_MODE_EXACT: VerifyMode
 VERIFY_MODE_TOKEN: VerifyMode
+VERIFY_MODE_COUPLED: VerifyMode
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP_TOKEN: FinishReason
 FINISH_REASON_LENGTH: FinishReason

@@ -37,7 +37,7 @@ def test_bad_sampling_is_invalid_argument_naming_the_field():
 def test_generate_is_a_session_that_never_drafts():
     greedy = codec.generate_from_proto(pb.GenerateRequest(prompt_ids=[1, 2], max_new_tokens=4))
     sampled = codec.generate_from_proto(pb.GenerateRequest(prompt_ids=[1], sampling=pb.SamplingParams(temperature=1.0)))
-    assert greedy.mode is Mode.GREEDY and sampled.mode is Mode.TOKEN and greedy.max_new_tokens == 4
+    assert greedy.mode is Mode.GREEDY and sampled.mode is Mode.COUPLED and greedy.max_new_tokens == 4  # cloud-only = coupled, k = 0
 
 
 def test_draft_q_and_verdict():
@@ -50,7 +50,7 @@ def test_draft_q_and_verdict():
 
 
 def test_info_lists_every_mode():
-    assert sorted(codec.SERVED_MODES) == [pb.VERIFY_MODE_GREEDY, pb.VERIFY_MODE_EXACT, pb.VERIFY_MODE_TOKEN]
+    assert sorted(codec.SERVED_MODES) == [pb.VERIFY_MODE_GREEDY, pb.VERIFY_MODE_EXACT, pb.VERIFY_MODE_TOKEN, pb.VERIFY_MODE_COUPLED]
 
 
 def test_a_draft_is_read_field_by_field():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.cloud.serving import haproxy_owner
-from edgespec.cloud.serving.haproxy_owner import PORT_RANGE, HAProxyOwner, haproxy_processes, reap_orphans
+from edgespec.cloud.serving.haproxy_owner import PORT_RANGE, REPLICA_WINDOW, HAProxyOwner, haproxy_processes, reap_orphans
 
 
 @pytest.fixture
@@ -39,6 +39,15 @@ def test_an_owner_has_its_own_files_and_two_free_ports_outside_rays_ranges(root)
     assert PORT_RANGE[0] <= owner.stats_port <= PORT_RANGE[1] and PORT_RANGE[0] <= owner.metrics_port <= PORT_RANGE[1]
     assert owner.stats_port != owner.metrics_port
     assert env["RAY_SERVE_HAPROXY_STATS_PORT"] == str(owner.stats_port)
+    # Serve's fallback proxy ports too: Ray's fixed 9500 / 8500 are shared (SO_REUSEPORT) by every
+    # Serve on the machine, which then answer each other's clients.
+    fallback = {owner.fallback_grpc_port, owner.fallback_http_port}
+    assert len(fallback | {owner.stats_port, owner.metrics_port}) == 4 and not fallback & {9500, 8500}
+    assert env["RAY_SERVE_FALLBACK_PROXY_GRPC_PORT"] == str(owner.fallback_grpc_port)
+    assert env["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"] == str(owner.fallback_http_port)
+    low, high = int(env["RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT"]), int(env["RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT"])
+    assert 40000 <= low < high <= 41000 and high - low + 1 == REPLICA_WINDOW
+    assert int(env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"]) - int(env["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"]) == REPLICA_WINDOW - 1
     assert all(env[name].startswith(str(owner.directory)) for name in env if name.endswith(("_LOC", "_PATH", "_BASE", "_FILE")))
     state = json.loads((owner.directory / "owner.json").read_text())
     assert state["owner_pid"] == os.getpid()
