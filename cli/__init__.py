@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-demo": ("train the demo tokenizer, target and draft", "cloud"),
     "make-draft": ("make a draft for a real chat target: its replies, a reduced vocabulary, distillation", "cloud"),
     "demo": ("start Serve with the demo target and generate with the demo draft", "cloud"),
-    "bench": ("measure and tune a draft/target pair; `bench capacity`, `bench links`", "cloud"),
+    "bench": ("measure and tune a draft/target pair: `edgespec bench MODE`, e.g. report, capacity, links, load", "cloud"),
     "link": ("emulate a network link (delay, jitter, bandwidth, faults) as a TCP proxy", "cloud"),
     "simulate": ("simulate a fleet of devices and replicas (discrete events)", "cloud"),
 }
@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         raise
     parser = argparse.ArgumentParser(prog=f"edgespec {name}", description=help_text)
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+    rest = argv[1:]
+    if hasattr(module, "with_default_mode"):  # a command with modes, and one run when none is named
+        rest = module.with_default_mode(rest)
+    args = parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:

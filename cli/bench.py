@@ -1,9 +1,9 @@
-"""``edgespec bench``: measure and tune a draft/target pair through the real Serve gRPC path.
+"""``edgespec bench MODE``: measure and tune a draft/target pair through the real Serve gRPC path.
 
-    edgespec bench --target DIR --draft DIR --prompts FILE [--held-out FILE] [--out DIR]
+    edgespec bench report --target DIR --draft DIR --prompts FILE [--held-out FILE] [--out DIR]
     edgespec bench capacity --target DIR --draft DIR --prompts FILE --sessions 1,4,16,32
-    edgespec bench links --target DIR --draft DIR --prompts FILE --profiles loopback,wifi,4g
-    edgespec bench simcheck --target DIR --draft DIR --prompts FILE [--profiles ...] [--sessions 16]
+    edgespec bench links --target DIR --draft DIR --prompts FILE --link loopback,wifi,4g
+    edgespec bench simcheck --target DIR --draft DIR --prompts FILE [--link ...] [--sessions 16]
     edgespec bench ingress --target DIR --draft DIR --prompts FILE --ingresses haproxy,proxy,direct
     edgespec bench load --target DIR --draft DIR --sessions 64 --rounds 200
     edgespec bench kill --target DIR --draft DIR --max-new-tokens 300
@@ -12,8 +12,10 @@
     edgespec bench overhead --sessions 64 [--rounds 60]
     edgespec bench sampling --target DIR --draft DIR --prompts FILE --held-out FILE --temperatures 0.3,0.6,0.8,1.0,1.2
 
-Without --server a local Ray Serve is started with the target on CPU; with --server HOST:PORT
-an existing deployment is measured (its target must be the one --target names).
+Each mode takes only its own flags (``edgespec bench MODE --help``). The modes that can measure
+an existing deployment take --server HOST:PORT (its target must be the one --target names) with
+--api-key, --tls and --ca-cert; without --server they start a local Ray Serve with the target on
+CPU, whose replica logs stay in Ray's log folder, off the terminal.
 """
 
 from __future__ import annotations
@@ -24,50 +26,166 @@ import sys
 import time
 from pathlib import Path
 
+from edgespec.cli.flags import add_connection, add_deprecated, parse_counts, parse_fixed_k, parse_k
+
 REPO = Path(__file__).resolve().parents[1]
+
+# mode -> one-line help
+MODES = {
+    "report": "the tuning workflow: k, modes, sampling and drafters against cloud-only, with a report",
+    "capacity": "concurrent sessions: speculative vs cloud-only throughput per session count",
+    "links": "per network link profile, through the link emulator, with the fleet simulator beside it",
+    "simcheck": "the fleet simulator against the link emulator only: its calibration, then 1 and N sessions per link (minutes)",
+    "ingress": "Serve's gRPC ingresses side by side on one replica",
+    "load": "many raw sessions, outputs checked; latency and memory before, during and after",
+    "kill": "a replica SIGKILLed under a generating device",
+    "device-server": "the OpenAI-compatible device server against calling the SDK",
+    "spread": "sessions per replica and batch sizes with several replicas",
+    "overhead": "the replica's CPU per verify message by phase (a featherweight target)",
+    "sampling": "exact sampling per temperature, and lookup-only vs model + lookup vs model-only drafts",
+}
+SERVER_HELP = "measure an existing deployment at HOST:PORT (default: start a local Ray Serve)"
+
+
+def with_default_mode(argv: list[str]) -> list[str]:
+    """``edgespec bench --target ...`` (no mode) is the report, as it was before modes were subcommands."""
+    if argv and argv[0] not in MODES and argv[0] not in ("-h", "--help"):
+        print("edgespec bench: give the mode first; running `edgespec bench report`", file=sys.stderr)
+        return ["report", *argv]
+    return argv
+
+
+def _pair(parser: argparse.ArgumentParser, *, prompts: bool = True) -> None:
+    parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target", help="target model directory")
+    parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft", help="ONNX draft directory")
+    if prompts:
+        parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text)")
+        parser.add_argument("--prompt-limit", type=int, default=8, help="prompts per setting")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default runs/bench-MODE-TIME)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _max_new_tokens(parser: argparse.ArgumentParser, default: int = 96) -> None:
+    parser.add_argument("--max-new-tokens", type=int, default=default, help="tokens generated per prompt (default %(default)s)")
+
+
+def _k(parser: argparse.ArgumentParser, *, fixed: bool = False, default: str = "4") -> None:
+    if fixed:
+        parser.add_argument("--k", type=parse_fixed_k, default=int(default), help="drafts per raw round (a number)")
+    else:
+        parser.add_argument("--k", type=parse_k, default=parse_k(default), help="drafts per round: a number or 'auto'")
+
+
+def _sessions(parser: argparse.ArgumentParser, default: str, help_text: str) -> None:
+    parser.add_argument("--sessions", type=parse_counts, default=parse_counts(default), help=f"{help_text} (default {default})")
+
+
+def _links(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--link", dest="links", default=default,
+                        help="link profiles to compare, comma-separated (edgespec link --help; default %(default)s)")
+    add_deprecated(parser, "--profiles", "--link", "links")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="report", choices=("report", "capacity", "links", "simcheck", "ingress", "load", "kill", "device-server", "sampling", "spread",
-                                 "overhead"),
-                        help="report: the tuning workflow (default); capacity: concurrent sessions; links: per network "
-                             "profile; simcheck: only the fleet simulator against the link emulator (its calibration, "
-                             "then 1 and N sessions per profile; minutes); ingress: Serve's gRPC ingresses side by side; "
-                             "load: many raw sessions, outputs "
-                             "checked, latency and memory before/during/after; kill: a replica SIGKILLed under a "
-                             "generating device; device-server: the OpenAI-compatible device server against the SDK; "
-                             "sampling: exact sampling before/after per temperature, and lookup-only vs model + lookup vs "
-                             "model-only drafts; spread: sessions per replica and batch sizes with --replicas; overhead: "
-                             "the replica's CPU per verify message by phase (a featherweight target, --sessions N)")
-    parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target")
-    parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft")
-    parser.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
-                        help="report: the draft's Hugging Face weights, for transformers' assisted generation (peers)")
-    parser.add_argument("--no-peers", action="store_true", help="report: skip the transformers in-process peers")
-    parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text)")
-    parser.add_argument("--held-out", type=Path, default=None, help="held-out prompts, never used for tuning")
-    parser.add_argument("--out", type=Path, default=None, help="report folder (default runs/bench-<what>-<time>)")
-    parser.add_argument("--server", default=None, help="measure an existing deployment at HOST:PORT")
-    parser.add_argument("--prompt-limit", type=int, default=8, help="prompts per setting")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--k-values", default="1,2,3,4,5,6,7,8")
-    parser.add_argument("--baseline-k", type=int, default=4)
-    parser.add_argument("--sessions", default="1,4,16,32", help="capacity: concurrent session counts")
-    parser.add_argument("--k", default="4", help="capacity/links: k (a number or auto)")
-    parser.add_argument("--link", default=None, help="report: run every measurement through this link profile")
-    parser.add_argument("--profiles", default="loopback,lan,wifi,5g,4g,satellite", help="links: profiles to compare")
-    parser.add_argument("--ingresses", default="haproxy,proxy,direct", help="ingress: which to compare, in this order")
-    parser.add_argument("--other-ingresses", default="proxy",
-                        help="links: also measure the headline speedup through these ingresses ('' for none)")
-    parser.add_argument("--rounds", type=int, default=200, help="ingress/load: raw rounds per session")
-    parser.add_argument("--api-key", default=os.environ.get("EDGESPEC_API_KEY"), help="load: key for --server (default $EDGESPEC_API_KEY)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--replicas", type=int, default=2, help="spread: verifier replicas started on this machine")
-    parser.add_argument("--generations", type=int, default=3, help="spread: generations per device")
-    parser.add_argument("--temperatures", default="0.3,0.6,0.8,1.0,1.2", help="sampling: the temperatures swept")
-    parser.add_argument("--sweep-k", default="auto", help="sampling: k of the temperature sweep's arms (comma list, numbers or auto)")
-    parser.add_argument("--lookup-weight", type=float, default=None, help="sampling: lookup_weight of the 'after' arms")
-    parser.add_argument("--draft-temperature", default=None, help="sampling: draft_temperature of the 'after' arms (a number or auto)")
+    sub = parser.add_subparsers(dest="what", metavar="MODE", required=True)
+    modes = {name: sub.add_parser(name, help=help_text, description=help_text) for name, help_text in MODES.items()}
+
+    report = modes["report"]
+    _pair(report)
+    add_connection(report, server_help=SERVER_HELP, required=False)
+    report.add_argument("--held-out", type=Path, default=None, help="held-out prompts, never used for tuning")
+    report.add_argument("--draft-hf", type=Path, default=REPO / "models" / "demo" / "draft-hf",
+                        help="the draft's Hugging Face weights, for transformers' assisted generation (peers)")
+    report.add_argument("--no-peers", action="store_true", help="skip the transformers in-process peers")
+    _max_new_tokens(report)
+    report.add_argument("--k-values", default="1,2,3,4,5,6,7,8", help="the k swept (default %(default)s)")
+    report.add_argument("--baseline-k", type=int, default=4)
+    report.add_argument("--link", default=None, help="run every measurement through this link profile")
+
+    capacity = modes["capacity"]
+    _pair(capacity)
+    add_connection(capacity, server_help=SERVER_HELP, required=False)
+    _sessions(capacity, "1,4,16,32", "concurrent session counts")
+    _k(capacity)
+    _max_new_tokens(capacity)
+
+    links = modes["links"]
+    _pair(links)
+    add_connection(links, server_help=SERVER_HELP, required=False)
+    _links(links, "loopback,lan,wifi,5g,4g,satellite")
+    _sessions(links, "1,4,16,32", "concurrent sessions: the largest is used")
+    _max_new_tokens(links)
+    links.add_argument("--other-ingresses", default="proxy",
+                       help="also measure the headline speedup through these ingresses ('' for none)")
+
+    simcheck = modes["simcheck"]
+    _pair(simcheck)
+    add_connection(simcheck, server_help=SERVER_HELP, required=False)
+    _links(simcheck, "loopback,lan,wifi,5g,4g,satellite")
+    _sessions(simcheck, "16", "concurrent sessions: the largest is used")
+    _k(simcheck, fixed=True)
+    _max_new_tokens(simcheck)
+
+    ingress = modes["ingress"]  # starts each ingress itself: no --server
+    _pair(ingress)
+    ingress.add_argument("--ingresses", default="haproxy,proxy,direct", help="which to compare, in this order")
+    _sessions(ingress, "16", "concurrent sessions: the largest is used")
+    _k(ingress, fixed=True)
+    ingress.add_argument("--rounds", type=int, default=200, help="raw rounds per session")
+    _max_new_tokens(ingress)
+
+    load = modes["load"]  # starts its own server, so it can watch the replica's memory: no --server
+    _pair(load)
+    _sessions(load, "64", "concurrent raw sessions: the largest is used")
+    _k(load, fixed=True)
+    load.add_argument("--rounds", type=int, default=200, help="raw rounds per session")
+
+    kill = modes["kill"]  # SIGKILLs a replica it started: no --server
+    _pair(kill)
+    _max_new_tokens(kill, 300)
+
+    device = modes["device-server"]
+    _pair(device)
+    add_connection(device, server_help=SERVER_HELP, required=False)
+    _max_new_tokens(device)
+
+    spread = modes["spread"]
+    _pair(spread)
+    add_connection(spread, server_help=SERVER_HELP, required=False)
+    spread.add_argument("--replicas", type=int, default=2, help="verifier replicas started on this machine")
+    _sessions(spread, "16", "concurrent sessions: the largest is used")
+    spread.add_argument("--generations", type=int, default=3, help="generations per device")
+    _k(spread)
+    _max_new_tokens(spread)
+
+    overhead = modes["overhead"]  # its own featherweight target: no pair, no prompts
+    _sessions(overhead, "64", "concurrent sessions: the largest is used")
+    overhead.add_argument("--rounds", type=int, default=60, help="raw rounds per session")
+    _k(overhead, fixed=True)
+    overhead.add_argument("--out", type=Path, default=None, help="working folder (default runs/bench-overhead)")
+
+    sampling = modes["sampling"]
+    _pair(sampling)
+    add_connection(sampling, server_help=SERVER_HELP, required=False)
+    sampling.add_argument("--held-out", type=Path, default=None, help="held-out prompts, never used for tuning")
+    sampling.add_argument("--temperatures", default="0.3,0.6,0.8,1.0,1.2", help="the temperatures swept")
+    sampling.add_argument("--k-values", default="auto", help="k of the temperature sweep's arms (comma list, numbers or auto)")
+    add_deprecated(sampling, "--sweep-k", "--k-values", "k_values")
+    _k(sampling)
+    sampling.add_argument("--lookup-weight", type=float, default=None, help="lookup_weight of the 'after' arms")
+    sampling.add_argument("--draft-temperature", default=None, help="draft_temperature of the 'after' arms (a number or auto)")
+    _max_new_tokens(sampling)
+
+
+def _register_connection(args: argparse.Namespace) -> None:
+    """The key and TLS of --server, for every client the mode opens (cloud/bench/connection.py)."""
+    if getattr(args, "server", None) is None:
+        if getattr(args, "tls", False) or getattr(args, "ca_cert", None) is not None:
+            raise ValueError("--tls/--ca-cert are for --server (without it the bench starts its own plaintext verifier)")
+        return
+    from edgespec.cloud.bench.connection import Connection, register
+
+    register(args.server, Connection(api_key=args.api_key, tls=args.tls or args.ca_cert is not None, ca_cert=args.ca_cert))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,15 +193,14 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "overhead":  # its own target: no draft, no prompts
         from edgespec.cloud.bench.overhead import run_overhead
 
-        sessions = max(int(n) for n in args.sessions.split(","))
-        rounds = args.rounds if args.rounds != 200 else 60
-        return run_overhead(sessions=sessions, rounds=rounds, k=int(args.k), work=args.out or REPO / "runs" / "bench-overhead",
+        return run_overhead(sessions=max(args.sessions), rounds=args.rounds, k=args.k, work=args.out or REPO / "runs" / "bench-overhead",
                             progress=lambda message: print(message, flush=True))
     try:
         from edgespec.cloud.bench.harness import load_prompts
 
+        _register_connection(args)
         prompts = load_prompts(args.prompts, args.prompt_limit)
-        held_out = load_prompts(args.held_out, args.prompt_limit) if args.held_out else []
+        held_out = load_prompts(args.held_out, args.prompt_limit) if getattr(args, "held_out", None) else []
         for name, path in (("target", args.target / "config.json"), ("draft", args.draft / "manifest.json")):
             if not path.is_file():
                 raise FileNotFoundError(f"--{name}: {path} not found")
@@ -97,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "ingress":
         return _ingress(args, prompts, out, progress)
     if args.what == "links":
-        return _links(args, prompts, out, progress)
+        return _links_mode(args, prompts, out, progress)
     if args.what == "simcheck":
         return _simcheck(args, prompts, out, progress)
     if args.what in ("load", "kill"):
@@ -144,8 +261,8 @@ def _spread(args, prompts, out, progress) -> int:
 
     try:
         config = SpreadConfig(target=args.target, draft=args.draft, prompts=prompts, replicas=args.replicas,
-                              sessions=max(int(n) for n in args.sessions.split(",")), generations=args.generations,
-                              max_new_tokens=args.max_new_tokens, k=args.k, server=args.server)
+                              sessions=max(args.sessions), generations=args.generations,
+                              max_new_tokens=args.max_new_tokens, k=str(args.k), server=args.server)
     except ValueError as exc:
         print(f"edgespec bench spread: {exc}", file=sys.stderr)
         return 2
@@ -161,7 +278,7 @@ def _capacity(args, prompts, out, progress) -> int:
     from edgespec.cloud.bench.capacity import run_capacity, write_capacity
     from edgespec.cloud.bench.harness import Harness
 
-    counts = [int(n) for n in args.sessions.split(",")]
+    counts = args.sessions
     params = dict(max_new_tokens=args.max_new_tokens, k=args.k, stop_token_ids=(), seed=args.seed)
     with Harness(args.target, args.draft, server=args.server, progress=progress, max_sessions=max(counts) + 8) as harness:
         harness.warm_up(prompts[0])
@@ -177,7 +294,7 @@ def _ingress(args, prompts, out, progress) -> int:
     try:
         config = IngressBenchConfig(
             target=args.target, draft=args.draft, prompts=prompts, ingresses=tuple(args.ingresses.split(",")),
-            k=int(args.k), rounds=args.rounds, sessions=max(int(n) for n in args.sessions.split(",")),
+            k=args.k, rounds=args.rounds, sessions=max(args.sessions),
             max_new_tokens=args.max_new_tokens, seed=args.seed,
         )
     except ValueError as exc:
@@ -196,8 +313,8 @@ def _robustness(args, prompts, out, progress) -> int:
 
     if args.what == "load":
         report = robustness.run_load(robustness.LoadConfig(
-            target=args.target, draft=args.draft, prompts=prompts, sessions=max(int(n) for n in args.sessions.split(",")),
-            rounds=args.rounds, k=int(args.k), api_key=args.api_key), progress)
+            target=args.target, draft=args.draft, prompts=prompts, sessions=max(args.sessions),
+            rounds=args.rounds, k=args.k), progress)
     else:
         report = robustness.run_kill(robustness.KillConfig(
             target=args.target, draft=args.draft, prompts=prompts, max_new_tokens=args.max_new_tokens), progress)
@@ -212,9 +329,9 @@ def _simcheck(args, prompts, out, progress) -> int:
 
     try:
         config = SimcheckConfig(
-            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.profiles.split(",")),
-            sessions=max(int(n) for n in args.sessions.split(",")), max_new_tokens=args.max_new_tokens,
-            k=int(args.k), server=args.server, seed=args.seed,
+            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.links.split(",")),
+            sessions=max(args.sessions), max_new_tokens=args.max_new_tokens,
+            k=args.k, server=args.server, seed=args.seed,
         )
     except ValueError as exc:
         print(f"edgespec bench simcheck: {exc}", file=sys.stderr)
@@ -225,13 +342,13 @@ def _simcheck(args, prompts, out, progress) -> int:
     return 0
 
 
-def _links(args, prompts, out, progress) -> int:
+def _links_mode(args, prompts, out, progress) -> int:
     from edgespec.cloud.bench.links import LinksConfig, run_links, summary_lines
 
     try:
         config = LinksConfig(
-            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.profiles.split(",")),
-            sessions=max(int(n) for n in args.sessions.split(",")), max_new_tokens=args.max_new_tokens,
+            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.links.split(",")),
+            sessions=max(args.sessions), max_new_tokens=args.max_new_tokens,
             other_ingresses=tuple(name for name in args.other_ingresses.split(",") if name), server=args.server, seed=args.seed,
         )
     except ValueError as exc:
@@ -256,11 +373,11 @@ def _sampling(args, prompts, held_out, out, progress) -> int:
         config = SamplingBenchConfig(
             target=args.target, draft=args.draft, prompts=prompts, held_out=held_out,
             temperatures=tuple(float(t) for t in args.temperatures.split(",")),
-            k_values=tuple(k if k == "auto" else int(k) for k in args.sweep_k.split(",")),
-            drafter_k=args.k if args.k == "auto" else int(args.k), max_new_tokens=args.max_new_tokens,
+            k_values=tuple(parse_k(k) for k in args.k_values.split(",")),
+            drafter_k=args.k, max_new_tokens=args.max_new_tokens,
             seed=args.seed, server=args.server, extra=extra,
         )
-    except ValueError as exc:
+    except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"edgespec bench sampling: {exc}", file=sys.stderr)
         return 2
     report = run_sampling_bench(config, progress)

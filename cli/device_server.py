@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = DeviceServerConfig(max_concurrent=args.max_concurrent, max_queue=args.max_queue,
                                     queue_timeout_s=args.queue_timeout, cors_origins=tuple(args.cors_origins))
-        client = EdgeClient(args.server, args.draft, api_key=args.api_key, tls=args.tls, ca_cert=args.ca_cert,
+        client = EdgeClient(args.server, args.draft, api_key=args.api_key, tls=args.tls or args.ca_cert is not None, ca_cert=args.ca_cert,
                             draft_threads=args.threads, providers=args.providers, timeout=args.timeout)
         server = DeviceServer((args.host, args.port), client, args.draft, model_name=args.model_name, config=config)
     except (EdgespecError, OSError, ValueError) as exc:

@@ -7,10 +7,12 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from edgespec.cli.flags import add_deprecated
 from edgespec.cloud.training.distill import DistillConfig, distill
 from edgespec.edge.settings import build_config, load_settings
 
 _PATH_FIELDS = ("target", "draft", "data", "out", "validation", "corpus")
+FLAG_NAMES = {"new_tokens": "--max-new-tokens"}  # the vocabulary (docs/cli.md); the config key stays new_tokens
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,13 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "generated_fraction": "share of steps on target-generated continuations (0..1)",
         "generate_temperature": "0: greedy continuations; > 0: sampled at this temperature",
         "ce_weight": "weight of an added cross-entropy term on the next tokens",
+        "new_tokens": "tokens the target generates per continuation (config key new_tokens)",
     }
     for f in fields(DistillConfig):
         if f.name in _PATH_FIELDS or f.name == "resume":
             continue
         kind = type(f.default)
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
+        parser.add_argument(FLAG_NAMES.get(f.name, f"--{f.name.replace('_', '-')}"), dest=f.name, type=kind, default=None,
                             help=f"{helps.get(f.name, '')} (default {f.default})".strip())
+    add_deprecated(parser, "--new-tokens", "--max-new-tokens", "new_tokens", convert=int)
 
 
 def config_from_args(args: argparse.Namespace) -> DistillConfig:

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from edgespec.cli.flags import add_deprecated
 from edgespec.cloud.demo.evaluate import EvalConfig, evaluate_pair
 
 
@@ -21,14 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=Path, default=Path("prompts/heldout.jsonl"))
     parser.add_argument("--max-prompts", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens generated per prompt (default %(default)s)")
+    add_deprecated(parser, "--new-tokens", "--max-new-tokens", "max_new_tokens", convert=int)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
 
 
 def run(args: argparse.Namespace) -> int:
     config = EvalConfig(args.target, args.draft, args.data_dir, args.prompts, max_prompts=args.max_prompts,
-                        k=args.k, new_tokens=args.new_tokens, threads=args.threads)
+                        k=args.k, new_tokens=args.max_new_tokens, threads=args.threads)
     result = evaluate_pair(config)
     print(result.summary())
     if args.json:

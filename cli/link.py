@@ -1,6 +1,6 @@
 """``edgespec link``: emulate a network link (delay, jitter, bandwidth, loss, faults) as a TCP proxy.
 
-    edgespec link --listen 9100 --upstream 127.0.0.1:9000 --profile 4g
+    edgespec link --listen 9100 --upstream 127.0.0.1:9000 --link 4g
     edgespec link --listen 9100 --upstream 127.0.0.1:9000 --rtt 80 --jitter 10 --bandwidth 5 --loss 0.5
 
 Runs until Ctrl-C; SIGUSR1 resets every connection, SIGUSR2 stalls forwarding
@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 
+from edgespec.cli.flags import add_deprecated
 from edgespec.cloud.link.emulator import LinkEmulator
 from edgespec.cloud.link.profiles import PROFILES, Faults, LinkProfile, get_profile
 
@@ -21,7 +22,8 @@ from edgespec.cloud.link.profiles import PROFILES, Faults, LinkProfile, get_prof
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", required=True, help="[HOST:]PORT to accept connections on (HOST defaults to 127.0.0.1)")
     parser.add_argument("--upstream", required=True, help="HOST:PORT to forward to (the Serve gRPC proxy)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), help="a named link; the flags below override its fields")
+    parser.add_argument("--link", choices=sorted(PROFILES), help="a named link profile; the flags below override its fields")
+    add_deprecated(parser, "--profile", "--link", "link")
     parser.add_argument("--rtt", type=float, help="base round-trip time, ms")
     parser.add_argument("--jitter", type=float, help="mean extra round-trip delay, ms")
     parser.add_argument("--jitter-shape", choices=["exponential", "uniform", "halfnormal"])
@@ -37,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def profile_from_args(args: argparse.Namespace) -> LinkProfile:
-    base = get_profile(args.profile) if args.profile else LinkProfile("custom")
+    base = get_profile(args.link) if args.link else LinkProfile("custom")
     changes = {
         "rtt_ms": args.rtt,
         "jitter_ms": args.jitter,
@@ -47,8 +49,8 @@ def profile_from_args(args: argparse.Namespace) -> LinkProfile:
         "bandwidth_down_mbit": args.bandwidth_down if args.bandwidth_down is not None else args.bandwidth,
     }
     changes = {k: v for k, v in changes.items() if v is not None}
-    if changes and args.profile:
-        changes["name"] = f"{args.profile}+custom"
+    if changes and args.link:
+        changes["name"] = f"{args.link}+custom"
     return base.replace(**changes) if changes else base
 
 

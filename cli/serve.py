@@ -27,6 +27,7 @@ from pathlib import Path
 
 import ray  # noqa: F401  (fail early, with the CLI's "install the cloud extra" hint)
 
+from edgespec.cli.flags import add_deprecated
 from edgespec.cloud.serving.app import DEFAULT_GRPC_PORT, init_ray, serve_config, serve_verifier, stop_serving
 from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig, model_max_context
 from edgespec.cloud.serving.haproxy_owner import HAProxyOwner, free_port
@@ -48,7 +49,8 @@ CONFIG_FLAGS = {
     "api_keys_env": str,
     "first_message_timeout_s": float,  # --first-message-timeout-s: a stream's Open must arrive within it
 }
-FLAG_NAMES = {"api_keys_file": "--api-keys", "api_keys_env": "--api-keys-env"}
+FLAG_NAMES = {"api_keys_file": "--api-keys", "api_keys_env": "--api-keys-env", "torch_threads": "--threads"}
+DEPRECATED_FLAGS = {"--torch-threads": "torch_threads"}  # old spelling -> field
 DEFAULT_TLS_PORT = 9443
 
 
@@ -82,7 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local instance)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the deployment to run")
     for name, kind in CONFIG_FLAGS.items():
-        parser.add_argument(FLAG_NAMES.get(name, "--" + name.replace("_", "-")), dest=name, type=kind, default=None)
+        parser.add_argument(FLAG_NAMES.get(name, "--" + name.replace("_", "-")), dest=name, type=kind, default=None,
+                            help=f"the config key {name}")
+    for old, name in DEPRECATED_FLAGS.items():
+        add_deprecated(parser, old, FLAG_NAMES[name], name, convert=CONFIG_FLAGS[name])
     parser.add_argument("--detach", action="store_true", help="return once deployed (the Ray cluster keeps serving)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the `serve deploy` config for these settings (like `serve build`) and exit: "

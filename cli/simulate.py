@@ -1,10 +1,10 @@
 """``edgespec simulate``: a fleet of devices and replicas in simulated time (prints figures).
 
-    edgespec simulate --devices 200 --link-mix wifi:0.5,4g:0.3,5g:0.2 --replicas 2 --k auto \\
+    edgespec simulate --devices 200 --link wifi:0.5,4g:0.3,5g:0.2 --replicas 2 --k auto \\
         [--calibration cal.json] [--duration 60 | --tokens-per-device 256] [--seed 0] \\
         [--out runs/sim] [--plots]
 
-    edgespec simulate plan --devices 10000 --profile-mix wifi:0.5,5g:0.3,4g:0.2 --target-step-ms 12 \\
+    edgespec simulate plan --devices 10000 --link wifi:0.5,5g:0.3,4g:0.2 --target-step-ms 12 \\
         [--per-row-ms 0.1 --per-token-ms 0.02 | --batch-curve curve.json] [--goal-ms-per-token 30] [--seed 0]
 
 ``plan``: replicas needed for a per-session goal, speculative vs cloud-only, and the autoscaling
@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from edgespec.cli.flags import add_deprecated
 from edgespec.cloud.simulate.calibration import Calibration, VerifyModel
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.engine import simulate
@@ -38,13 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", nargs="?", default="run", choices=("run", "plan"),
                         help="run: simulate one fleet (default); plan: replicas needed for a goal, SD vs cloud-only")
     parser.add_argument("--devices", type=int, default=1, help="edge devices, one session each")
-    parser.add_argument("--link-mix", "--profile-mix", default="wifi", help="NAME:WEIGHT,... over the link profiles (edgespec link --help)")
+    parser.add_argument("--link", dest="link_mix", default="wifi",
+                        help="the devices' link profiles: NAME or NAME:WEIGHT,... (edgespec link --help; default %(default)s)")
+    add_deprecated(parser, "--link-mix", "--link", "link_mix")
+    add_deprecated(parser, "--profile-mix", "--link", "link_mix")
     parser.add_argument("--replicas", type=int, default=1, help="verifier replicas (devices assigned round-robin)")
     parser.add_argument("--k", default="4", help="drafts per round, or 'auto' for the SDK's adaptive policy")
-    parser.add_argument("--k-max", type=int, default=16, help="the server's max_k")
+    parser.add_argument("--max-k", type=int, default=16, help="the server's max_k (default %(default)s)")
+    add_deprecated(parser, "--k-max", "--max-k", "max_k", convert=int)
     parser.add_argument("--max-batch-size", type=int, default=None, help="most rows per replica forward (run: 32; plan: --max-sessions)")
-    parser.add_argument("--batch-wait-ms", type=float, default=5.0,
-                        help="once the model is free, wait this long for more open sessions (0: take what queued)")
+    parser.add_argument("--batch-wait-timeout-s", type=float, default=0.005,
+                        help="once the model is free, wait this long (seconds) for more open sessions (0: take what queued; "
+                             "default %(default)s, the verifier's batch_wait_timeout_s)")
+    add_deprecated(parser, "--batch-wait-ms", "--batch-wait-timeout-s", "batch_wait_timeout_s", convert=lambda ms: float(ms) / 1000.0,
+                   note=" (seconds: --batch-wait-ms 5 is --batch-wait-timeout-s 0.005)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--duration", type=float, metavar="S", help="simulate S seconds of steady generation")
     budget.add_argument("--tokens-per-device", type=int, metavar="T", help="each device generates T tokens (default 256)")
@@ -81,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {args.write_calibration}")
             return 0
         config = FleetConfig(
-            devices=args.devices, link_mix=args.link_mix, replicas=args.replicas, k=args.k, k_max=args.k_max,
+            devices=args.devices, link_mix=args.link_mix, replicas=args.replicas, k=args.k, k_max=args.max_k,
             tokens_per_device=args.tokens_per_device, duration_s=args.duration, max_batch_size=args.max_batch_size or 32,
-            batch_wait_ms=args.batch_wait_ms,
+            batch_wait_ms=args.batch_wait_timeout_s * 1000.0,
             draft_ahead=args.draft_ahead, start_spread_ms=args.start_spread_ms, seed=args.seed,
         )
     except (OSError, ValueError) as exc:
@@ -135,7 +143,7 @@ def _plan(args: argparse.Namespace) -> int:
         config = PlanConfig(
             devices=args.devices, link_mix=args.link_mix, concurrency=args.concurrency, goal_ms_per_token=args.goal_ms_per_token,
             goal_stat=args.goal_stat, max_sessions=args.max_sessions, max_batch_size=args.max_batch_size or args.max_sessions,
-            batch_wait_ms=args.batch_wait_ms, k=args.k, duration_s=args.duration or 10.0, seed=args.seed,
+            batch_wait_ms=args.batch_wait_timeout_s * 1000.0, k=args.k, duration_s=args.duration or 10.0, seed=args.seed,
         )
     except (OSError, ValueError) as exc:
         print(f"edgespec simulate plan: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """edgespec's device SDK (``edgespec.edge``), and the version of the whole package.
 
-edgespec is assembled from the repository's top-level folders (pyproject's package-dir), one
-namespace package ``edgespec``:
+edgespec is assembled from the repository's top-level folders, one namespace package
+``edgespec`` whose layout is ``src/edgespec/`` (a link per subpackage, what Python and static
+tools read):
 
 - ``edgespec.v1`` (``proto/edgespec/v1``): the wire contract and its generated code;
 - ``edgespec.edge`` (``edge/``): this SDK (numpy, onnxruntime, grpcio, tokenizers only);

@@ -55,6 +55,8 @@ class DraftIntegrityError(EdgespecError, ValueError):
 
 
 class ServerError(EdgespecError):
+    draining: bool = False  # a stopping replica's UNAVAILABLE (cloud/serving/drain.py sets it)
+
     def __init__(self, code: grpc.StatusCode, details: str):
         super().__init__(f"{code.name}: {details}")
         self.code = code

@@ -88,7 +88,7 @@ def run_graph(
     # Rolled-back caches are strided views; ONNX Runtime wants contiguous buffers.
     feeds.update((name, np.ascontiguousarray(kv)) for name, kv in zip(manifest.past_inputs, past))
     logits, *present = session.run(manifest.output_names, feeds)
-    return logits[0], present
+    return np.asarray(logits)[0], [np.asarray(kv) for kv in present]
 
 
 class GraphRunner:

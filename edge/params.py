@@ -24,6 +24,7 @@ import math
 import secrets
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeGuard
 
 # Temperatures outside this range are refused rather than served: below it the scaled logits
 # overflow float32 (1e-40 made every p NaN); above it p is uniform in all but name.
@@ -55,7 +56,7 @@ class Finish(str, Enum):
 MODES = tuple(mode.value for mode in Mode)
 
 
-def _is_int(value) -> bool:
+def _is_int(value) -> TypeGuard[int]:
     # bool is an int to Python, never a count or a seed to us; numpy integers have __index__.
     return not isinstance(value, bool) and hasattr(value, "__index__")
 
@@ -205,7 +206,7 @@ class GenerationParams(SamplingParams):
         if self.is_greedy:
             return self.sampling
         t = self.draft_temperature
-        if t == "auto":
+        if isinstance(t, str):  # "auto" (__post_init__ allows no other string)
             t = min(MAX_TEMPERATURE, max(MIN_TEMPERATURE, DRAFT_TEMPERATURE_RATIO * self.temperature))
         return SamplingParams(t, self.top_k, self.top_p, self.seed)
 

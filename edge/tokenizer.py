@@ -147,7 +147,9 @@ def _es_number(x: float) -> str:
     digits_tuple = Decimal(repr(abs(x))).normalize().as_tuple()  # repr: the shortest round-trip digits
     digits = "".join(map(str, digits_tuple.digits))
     k = len(digits)
-    n = digits_tuple.exponent + k  # x = 0.digits x 10^n
+    exponent = digits_tuple.exponent
+    assert isinstance(exponent, int)  # a finite x has a numeric exponent
+    n = exponent + k  # x = 0.digits x 10^n
     if k <= n <= 21:
         out = digits + "0" * (n - k)
     elif 0 < n <= 21:

@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--models", type=Path, default=Path("models/demo"), help="folder with target/ and draft/")
     parser.add_argument("--prompts", type=Path, default=Path("prompts/heldout.jsonl"))
     parser.add_argument("--prompt-limit", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=96)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--temperatures", type=floats, default=[0.3, 0.6, 0.8, 1.0, 1.2])
     parser.add_argument("--ratios", type=floats, default=[0.8, 0.9, 1.0, 1.1, 1.25, 1.5], help="draft T / target T")
     parser.add_argument("--weights", type=floats, default=[1.0, 0.9], help="lookup_weight values")
@@ -71,7 +71,7 @@ def main() -> None:
         for prompt in prompts:
             ids = draft.tokenizer.encode(prompt).ids[-300:]
             with torch.no_grad():
-                out = target.generate(torch.tensor([ids]), max_new_tokens=args.new_tokens, do_sample=True,
+                out = target.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=True,
                                       temperature=temperature, top_k=0, pad_token_id=0)
                 sequence = out[0].tolist()
                 p_all = target_probs(target(torch.tensor([sequence])).logits[0], SamplingParams(temperature=temperature))

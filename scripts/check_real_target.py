@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", required=True, type=Path, help="Hugging Face target directory")
     parser.add_argument("--draft", type=Path, default=None, help="exported ONNX draft (default: a tiny random one)")
     parser.add_argument("--past", type=int, default=512, help="prompt + generation must pass this many tokens")
-    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--sessions", type=int, default=3, help="concurrent sessions (prompts), batched on one replica")
     parser.add_argument("--k", type=int, default=4)
     args = parser.parse_args(argv)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgespec.edge.aclient import AsyncEdgeClient
 
     tokenizer = AutoTokenizer.from_pretrained(str(args.target), local_files_only=True)
-    prompt_length = args.past - args.new_tokens // 2  # the generation crosses the window half-way
+    prompt_length = args.past - args.max_new_tokens // 2  # the generation crosses the window half-way
     prompts = long_prompts(tokenizer, args.sessions, prompt_length)
     workdir = Path(tempfile.mkdtemp(prefix="check-real-target-"))
     draft = args.draft
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for ids in prompts:
         started = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=args.new_tokens, do_sample=False,
+            out = model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False,
                                  eos_token_id=None, pad_token_id=0)
         references.append(out[0, len(ids):].tolist())
         print(f"generate(): {len(ids)} + {len(references[-1])} tokens in {time.perf_counter() - started:.0f} s", flush=True)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def one(ids):
         async with AsyncEdgeClient(f"127.0.0.1:{port}", draft, timeout=600) as client:
-            return await client.generate(ids, max_new_tokens=args.new_tokens, k=args.k, speculate=True, stop_token_ids=())
+            return await client.generate(ids, max_new_tokens=args.max_new_tokens, k=args.k, speculate=True, stop_token_ids=())
 
     async def all_at_once():
         return await asyncio.gather(*(one(ids) for ids in prompts))

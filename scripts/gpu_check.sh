@@ -20,7 +20,7 @@ device in bfloat16 through Ray Serve's gRPC ingress, and prints:
   - GPU memory (KV) per session
 Needs `make setup` first (the project's .venv) and a CUDA device; without one it exits 1.
 
-options: --sessions 1,16,64  --rounds 40  --k 4  --prompts 8  --new-tokens 48
+options: --sessions 1,16,64  --rounds 40  --k 4  --prompts 8  --max-new-tokens 48
          --layers 20 --hidden 2048 (the random Llama)  --skip-random  --work DIR
 USAGE
 }

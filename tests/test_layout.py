@@ -34,7 +34,8 @@ LAYERS = [
 # Packages whose own __init__ holds no code that imports anything: importable from any layer
 # (``edgespec`` itself is a namespace: it has no code at all).
 NEUTRAL = {"edgespec", "edgespec.cloud"}
-SOURCES = {"edgespec.v1": "proto/edgespec/v1", "edgespec.edge": "edge", "edgespec.cloud": "cloud", "edgespec.cli": "cli"}
+# The package as installed: src/edgespec/<name> links to the folder holding edgespec.<name>.
+SOURCES = {f"edgespec.{link.name}": link.resolve() for link in (REPO / "src" / "edgespec").iterdir()}
 EDGE_FORBIDDEN = {"torch", "ray", "transformers", "safetensors", "onnx", "onnxscript", "scipy", "matplotlib"}
 
 
@@ -49,8 +50,8 @@ def modules() -> dict[str, Path]:
     """Every source module of the package, by dotted name."""
     out = {}
     for prefix, folder in SOURCES.items():
-        for path in (REPO / folder).rglob("*.py"):
-            relative = path.relative_to(REPO / folder).with_suffix("")
+        for path in folder.rglob("*.py"):
+            relative = path.relative_to(folder).with_suffix("")
             parts = [p for p in relative.parts if p != "__init__"]
             name = ".".join([prefix, *parts])
             out.setdefault(name, path)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from edgespec.cloud.bench.connection import connection_to
 from edgespec.cloud.bench.harness import SPECULATION_ONLY
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.draft import DraftModel
@@ -41,7 +42,7 @@ class CapacityRow:
 
 
 async def _run_arm(server: str, drafts: list[DraftModel], prompts: list[str], params: dict, cloud_only: bool):
-    clients = [AsyncEdgeClient(server, draft, timeout=300) for draft in drafts]
+    clients = [AsyncEdgeClient(server, draft, timeout=300, **connection_to(server).client_options()) for draft in drafts]
     try:
         for client in clients:
             await client.info()

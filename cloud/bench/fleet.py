@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.types import Result
 
@@ -97,7 +98,8 @@ class Fleet:
         if device < self.cloud_only_devices:
             params["speculate"] = False
         round_no = 0
-        async with AsyncEdgeClient(self.address, self.draft_dir, max_retries=self.max_retries) as client:
+        async with AsyncEdgeClient(self.address, self.draft_dir, max_retries=self.max_retries,
+                                   **connection_to(self.address).client_options()) as client:
             while device < self._size:
                 prompt = (device + round_no) % len(self.prompts)
                 round_no += 1

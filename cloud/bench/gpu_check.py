@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=40, help="throughput: rounds per session")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=8, help="greedy check: sessions verified together")
-    parser.add_argument("--new-tokens", type=int, default=48, help="greedy check: tokens per session")
+    parser.add_argument("--max-new-tokens", type=int, default=48, help="greedy check: tokens per session")
     parser.add_argument("--skip-random", action="store_true", help="only the demo target")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: a smoke run of this script's own logic
     parser.add_argument("--work", type=Path, default=None, help="where the random model is written (default a temp dir)")
@@ -157,7 +157,7 @@ async def check_target(name: str, path: Path, address: str, args) -> int:
             raise RuntimeError(f"{address} serves {info.model_id!r}, not {path.name!r}")
         rng = random.Random(1)
         prompts = [[rng.randrange(1, info.vocab_size) for _ in range(rng.randrange(8, 200))] for _ in range(args.prompts)]
-        model, refs = references(path, prompts, args.new_tokens, args.device)
+        model, refs = references(path, prompts, args.max_new_tokens, args.device)
         served = await asyncio.gather(*(greedy_session(stub, pb, info.tokenizer_fingerprint, info.vocab_size, p, r)
                                         for p, r in zip(prompts, refs)))
         mismatches = ties = 0
@@ -184,7 +184,7 @@ async def check_target(name: str, path: Path, address: str, args) -> int:
         if args.device == "cuda":
             torch.cuda.empty_cache()
         verdict = "OK" if not mismatches else "FAILED"
-        print(f"{name}: greedy == generate() {verdict}: {args.prompts} sessions x {args.new_tokens} tokens, "
+        print(f"{name}: greedy == generate() {verdict}: {args.prompts} sessions x {args.max_new_tokens} tokens, "
               f"{mismatches} mismatch(es), {ties} bf16 tie(s)", flush=True)
         steps: dict[int, list[float]] = defaultdict(list)
         for count in (int(n) for n in args.sessions.split(",")):

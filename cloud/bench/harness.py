@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.client import EdgeClient
 from edgespec.edge.stats import RequestStats
 
@@ -126,7 +127,7 @@ class Harness:
         self.server = server
         self.draft_threads = draft_threads
         self.link = None
-        self.client = EdgeClient(server, draft, draft_threads=draft_threads, timeout=120)
+        self.client = EdgeClient(server, draft, draft_threads=draft_threads, timeout=120, **self._connection())
         self.info = self.client.info()
 
     @property
@@ -145,7 +146,7 @@ class Harness:
         if profile is not None:
             self.link = LinkEmulator(self.server, profile)
             self.link.start()
-        self.client = EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120)
+        self.client = EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120, **self._connection())
 
     def _start_serve(self, torch_threads: int, max_sessions: int, ingress: str | None, replicas: int) -> str:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -155,7 +156,8 @@ class Harness:
 
         self.progress(f"starting Ray Serve with {self.target} (CPU, {torch_threads} torch thread(s)) ...")
         started = time.perf_counter()
-        init_ray(num_cpus=max(2, os.cpu_count() or 2), ingress=ingress)
+        # The replicas' logs stay in Ray's log folder (/tmp/ray/session_latest/logs), off this terminal.
+        init_ray(num_cpus=max(2, os.cpu_count() or 2), ingress=ingress, log_to_driver=False)
         port = free_port()
         config = VerifierConfig(
             model=str(self.target), device="cpu", torch_threads=torch_threads, max_sessions=max_sessions,
@@ -188,7 +190,11 @@ class Harness:
     def new_client(self) -> EdgeClient:
         """A client of its own (its own planner, starting from nothing measured), for an arm whose
         figures must not steer or be steered by another arm's (the caller closes it)."""
-        return EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120)
+        return EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120, **self._connection())
+
+    def _connection(self) -> dict:
+        """The server's API key and TLS (``connection.py``); through a link emulator too."""
+        return connection_to(self.server).client_options()
 
     def speculative(self, prompt: str, params: dict) -> Result:
         return self.client.generate(prompt, **params)

@@ -24,8 +24,7 @@ import contextlib
 import time
 from dataclasses import asdict, dataclass
 
-import grpc
-
+from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.params import Mode, SamplingParams
 from edgespec.edge.wire import generate_request, open_request
 from edgespec.v1 import speculative_pb2 as pb
@@ -154,13 +153,14 @@ def raw_streams(address: str, fingerprint: str, scripts: list[Script], *, at_onc
                 steps: list[tuple[int, float]] | None = None) -> list[tuple[int, float, float]]:
     """The scripts' prompts as raw Generate streams (``_cloud_only`` each): one after another,
     or all at once, one connection each. ``steps`` collects every reply's (batch_size, step_ms)."""
+    metadata = connection_to(address).metadata()
     if at_once:
-        return asyncio.run(_at_once(address, scripts, lambda stub, script: _cloud_only(stub, fingerprint, script, None, steps)))[0]
+        return asyncio.run(_at_once(address, scripts, lambda stub, script: _cloud_only(stub, fingerprint, script, metadata, steps)))[0]
 
     async def run():
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with connection_to(address).aio_channel(address) as channel:
             stub = pb_grpc.SpeculativeStub(channel)
-            return [await _cloud_only(stub, fingerprint, script, None, steps) for script in scripts]
+            return [await _cloud_only(stub, fingerprint, script, metadata, steps) for script in scripts]
 
     return asyncio.run(run())
 
@@ -171,7 +171,7 @@ async def _at_once(address: str, scripts: list[Script], call) -> tuple[list, flo
     connection would put all of them on one link, in order, sharing its jitter and its
     head-of-line delays). Returns the results and the wall time."""
     async with contextlib.AsyncExitStack() as stack:
-        channels = [await stack.enter_async_context(grpc.aio.insecure_channel(address)) for _ in scripts]
+        channels = [await stack.enter_async_context(connection_to(address).aio_channel(address)) for _ in scripts]
         await asyncio.gather(*(channel.channel_ready() for channel in channels))  # connected before the clock starts
         started = time.perf_counter()
         results = await asyncio.gather(*(call(pb_grpc.SpeculativeStub(c), s) for c, s in zip(channels, scripts)))
@@ -181,7 +181,7 @@ async def _at_once(address: str, scripts: list[Script], call) -> tuple[list, flo
 def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessions: int, k: int, *,
                    api_key: str | None = None, cloud_first: bool = True) -> ReplayRow:
     """``sessions`` replayed devices at once, then (or first) as many cloud-only streams."""
-    metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+    metadata = (("authorization", f"Bearer {api_key}"),) if api_key else connection_to(address).metadata()
     chosen = [scripts[i % len(scripts)] for i in range(sessions)]
     steps: list[tuple[int, float]] = []
 

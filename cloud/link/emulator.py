@@ -21,7 +21,7 @@ Python::
 
 Command line (runs until Ctrl-C; SIGUSR1 resets every connection, SIGUSR2 stalls)::
 
-    edgespec link --listen 9100 --upstream 127.0.0.1:9000 --profile 4g
+    edgespec link --listen 9100 --upstream 127.0.0.1:9000 --link 4g
     edgespec link --listen 9100 --upstream 127.0.0.1:9000 --rtt 80 --jitter 10 --bandwidth 5 --loss 0.5
 """
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Protocol
 
 import grpc
 
@@ -77,13 +77,20 @@ class Admission:
 
 
 
+class Deadline(Protocol):
+    """What a place needs of its timeout: ``asyncio.Timeout`` (Python 3.11+), named by what it
+    does so this module type-checks on 3.10 as well."""
+
+    def reschedule(self, when: float | None) -> None: ...
+
+
 @dataclass(eq=False)
 class PendingPlace:
     """One stream's place while it waits for its first message; ``deadline`` is the timeout
     the stream waits under, which shedding moves to now."""
 
     key_id: str | None
-    deadline: asyncio.Timeout | None = None
+    deadline: Deadline | None = None
     shed: bool = False
 
     def shed_now(self) -> None:

@@ -41,7 +41,7 @@ def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
     actor_options = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options}
     actor_options["runtime_env"] = replica_runtime_env(actor_options.get("runtime_env"))
     autoscaling = options.autoscaling(config)
-    placement = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
+    placement: dict[str, Any] = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
     return VerifierDeployment.options(
         **placement,
         max_ongoing_requests=max_ongoing_requests(config, options),
@@ -84,7 +84,7 @@ def deployment_override(config: VerifierConfig, options: DeploymentOptions) -> d
     from edgespec.cloud.serving.deployment import DEPLOYMENT_NAME
 
     autoscaling = options.autoscaling(config)
-    placement = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
+    placement: dict[str, Any] = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
     return {
         "name": DEPLOYMENT_NAME,
         **placement,
@@ -239,7 +239,8 @@ def wait_until_serving(address: str, *, timeout_s: float) -> None:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(service="edgespec.v1.Speculative"), timeout=5)
+                request = health_pb2.HealthCheckRequest(service="edgespec.v1.Speculative")
+                reply = stub.Check(request, timeout=5)  # pyright: ignore[reportAttributeAccessIssue] (the stub class is untyped)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return
                 last_error = f"status {reply.status}"
@@ -260,7 +261,7 @@ def wait_until_running(app_name: str, *, timeout_s: float, progress: Callable[[s
         if state.endswith("RUNNING"):
             return
         if state.endswith("DEPLOY_FAILED") or state.endswith("UNHEALTHY"):
-            raise RuntimeError(f"application {app_name} {state}: {status.message}")
+            raise RuntimeError(f"application {app_name} {state}: {status.message if status else ''}")
         if state != last:
             progress(f"application {app_name}: {state}")
             last = state

@@ -145,11 +145,12 @@ class KeyRing:
 
     def _reload(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._checked < RELOAD_CHECK_S:
+        path = self.path
+        if path is None or (not force and now - self._checked < RELOAD_CHECK_S):
             return
         self._checked = now
         try:
-            mtime = self.path.stat().st_mtime
+            mtime = path.stat().st_mtime
         except OSError as exc:
             if force:
                 raise ValueError(f"api_keys_file: cannot read {self.path}: {exc.strerror}") from None
@@ -158,7 +159,7 @@ class KeyRing:
         if mtime == self._mtime and not force:
             return
         try:
-            keys = parse_keys(load_settings(self.path), str(self.path))
+            keys = parse_keys(load_settings(path), str(path))
         except ValueError as exc:
             if force:
                 raise

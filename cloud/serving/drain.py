@@ -34,9 +34,9 @@ def serve_replica_stopping() -> bool | None:
     """Whether Serve has begun stopping the replica this code runs in (None: not in a replica,
     or this Ray version does not say)."""
     try:
-        import ray
+        from ray._private import worker as ray_worker
 
-        worker = ray._private.worker.global_worker
+        worker = ray_worker.global_worker
         actor = worker.actors.get(worker.actor_id)
     except Exception:
         return None

@@ -39,6 +39,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import transformers
@@ -48,7 +49,7 @@ from transformers.cache_utils import DynamicLayer, get_layer_types_and_kwargs
 from edgespec.cloud.serving.config import DEFAULT_MAX_CONTEXT, VerifierConfig
 from edgespec.cloud.serving.kv_pool import PAGE_TOKENS, KVPool, PagedKV
 from edgespec.cloud.serving.trees import tree_ancestors, tree_depths
-from edgespec.cloud.serving.padded import forward_padded, padded_matches_alone
+from edgespec.cloud.serving.padded import cache_layers, forward_padded, padded_matches_alone
 from edgespec.cloud.serving.paged_attention import PagedAttention, RowPlan, Step, chain_masks, row_masks
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
@@ -67,7 +68,7 @@ class SessionKV:
 
     def nbytes(self) -> int:
         total = 0
-        for layer in self.cache.layers:
+        for layer in cache_layers(self.cache):
             if getattr(layer, "is_initialized", False) and layer.keys is not None:
                 total += layer.keys.numel() * layer.keys.element_size() * 2
         return total
@@ -117,7 +118,7 @@ class TargetEngine:
         self.tokenizer = load_tokenizer(config.model)
         self.tokenizer_fingerprint = fingerprint(config.model)
         started = time.perf_counter()
-        self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=self.dtype, local_files_only=True).to(self.device)
+        self.model = cast(Any, AutoModelForCausalLM.from_pretrained(config.model, dtype=self.dtype, local_files_only=True)).to(self.device)
         self.model.eval()
         self.load_s = time.perf_counter() - started
         self.params = sum(p.numel() for p in self.model.parameters())
@@ -209,15 +210,18 @@ class TargetEngine:
         ``trees[b]``: row b's parent indices (see the module docstring), None for a chain.
         Each row's cache grows by its n_b tokens; the caller trims it afterwards.
         """
-        trees = trees or [None] * len(rows)
+        row_trees: list[list[int] | None] = list(trees) if trees else [None] * len(rows)
         self.last_logits = None
-        if self.path == "paged":
-            return self._forward_packed(rows, trees)
-        if self.path == "padded" and (len(rows) > 1 or trees[0] is not None):
-            return forward_padded(self, rows, trees)
-        if any(tree is not None for tree in trees):
+        if self.path == "paged":  # every row's cache is a PagedKV on this path
+            logits = self._forward_packed(cast(list[tuple[PagedKV, list[int]]], rows), row_trees)
+            assert logits is not None
+            return logits
+        session_rows = cast(list[tuple[SessionKV, list[int]]], rows)  # and a SessionKV on the others
+        if self.path == "padded" and (len(rows) > 1 or row_trees[0] is not None):
+            return forward_padded(self, session_rows, row_trees)
+        if any(tree is not None for tree in row_trees):
             raise ValueError("tree drafts need a model with standard cache layers (this one verifies one chain at a time)")
-        return [self._forward_one(kv, tokens) for kv, tokens in rows]
+        return [self._forward_one(kv, tokens) for kv, tokens in session_rows]
 
     @torch.inference_mode()
     def keep_path(self, kv: PagedKV | SessionKV, start: int, path: list[int]) -> None:
@@ -225,7 +229,7 @@ class TargetEngine:
         offsets ``path`` (in that order): a tree row's cache after its path was accepted."""
         if isinstance(kv, SessionKV):
             index = torch.tensor(list(range(start)) + [start + i for i in path], dtype=torch.long, device=self.device)
-            for layer in kv.cache.layers:
+            for layer in cache_layers(kv.cache):
                 layer.keys = layer.keys.index_select(2, index)
                 layer.values = layer.values.index_select(2, index)
             kv.length = start + len(path)
@@ -233,7 +237,7 @@ class TargetEngine:
         source = kv.slots(0, kv.length)[[start + i for i in path]].to(self.device)
         target = kv.slots(start, start + len(path)).to(self.device)
         for keys, values in zip(self.pool.keys, self.pool.values):
-            if keys is not None:  # only the accepted nodes move (index_select reads before the write)
+            if keys is not None and values is not None:  # only the accepted nodes move (index_select reads before the write)
                 keys.index_copy_(1, target, keys.index_select(1, source))
                 values.index_copy_(1, target, values.index_select(1, source))
         kv.truncate(start + len(path))
@@ -248,7 +252,7 @@ class TargetEngine:
             kv.truncate(length)
             return
         actual = 0
-        for layer in kv.cache.layers:
+        for layer in cache_layers(kv.cache):
             if getattr(layer, "is_initialized", False) and layer.keys is not None:
                 cached = layer.keys.shape[-2]
                 actual = max(actual, cached)
@@ -256,7 +260,8 @@ class TargetEngine:
                     layer.crop(length - cached)  # crop takes minus the number of tokens to drop
         kv.length = min(length, actual)
 
-    def _forward_one(self, kv: SessionKV, tokens: list[int], need_logits: bool = True) -> torch.Tensor | None:
+    def _forward_one(self, kv: SessionKV, tokens: list[int], need_logits: bool = True) -> torch.Tensor:
+        """The row's logits [n, V] (float32, CPU); without ``need_logits`` an empty tensor."""
         n = len(tokens)
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         positions = torch.arange(kv.length, kv.length + n, device=self.device)[None, :]
@@ -268,7 +273,7 @@ class TargetEngine:
             logits_to_keep=0 if need_logits else 1,
         )
         kv.length += n
-        return out.logits[0].float().cpu() if need_logits else None
+        return out.logits[0].float().cpu() if need_logits else out.logits[0, :0]
 
     def _forward_packed(self, rows: list[tuple[PagedKV, list[int]]], trees: list[list[int] | None],
                         need_logits: bool = True) -> list[torch.Tensor] | None:
@@ -336,6 +341,7 @@ class TargetEngine:
                     self._forward_packed([(kv, context)], [None], need_logits=False)
                     rows.append(kv)
                 packed = self._forward_packed(list(zip(rows, news)), [None, None])
+                assert packed is not None
                 plain = [self.model(input_ids=torch.tensor([c + n], device=self.device)).logits[0, -len(n):].float().cpu()
                          for c, n in zip(contexts, news)]
         except Exception as exc:  # noqa: BLE001 — any refusal means: do not batch this model

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 from collections import Counter, deque
 
 log = logging.getLogger("ray.serve")
@@ -60,12 +61,12 @@ class FleetQuotaStore:
         return {key_id: self.counts.used(key_id, now) for key_id in set(keys) | set(charges)}
 
 
-def store_actor():
+def store_actor() -> Any:
     """The shared store, created detached on first use (any replica may race to create it)."""
     import ray
 
-    remote = ray.remote(num_cpus=0, max_concurrency=64)(FleetQuotaStore)
-    return remote.options(name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote()
+    return ray.remote(FleetQuotaStore).options(num_cpus=0, max_concurrency=64, name=ACTOR_NAME, namespace=NAMESPACE,
+                                               lifetime="detached", get_if_exists=True).remote()
 
 
 class FleetQuota:

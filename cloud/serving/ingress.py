@@ -82,6 +82,8 @@ def direct_endpoints(app_name: str) -> list[str]:
     from ray.serve.context import _get_global_client
 
     client = _get_global_client()
+    if client is None:
+        raise RuntimeError("Serve is not running in this Ray cluster")
     # NOTE: the controller's target groups are how Ray's own tools find replica ports.
     groups = ray.get(client._controller.get_target_groups.remote(app_name, True))
     return [

@@ -50,13 +50,13 @@ class KVPool:
 
     def layer(self, index: int, heads: int, key_dim: int, value_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``index``'s key and value tensors, allocated on first use."""
-        keys = self.keys[index]
-        if keys is None or keys.shape[0] != heads or keys.shape[2] != key_dim:
+        keys, values = self.keys[index], self.values[index]
+        if keys is None or values is None or keys.shape[0] != heads or keys.shape[2] != key_dim:
             slots = self.num_pages * self.page_tokens
             keys = torch.empty(heads, slots, key_dim, dtype=self.dtype, device=self.device)
-            self.keys[index] = keys
-            self.values[index] = torch.empty(heads, slots, value_dim, dtype=self.dtype, device=self.device)
-        return keys, self.values[index]
+            values = torch.empty(heads, slots, value_dim, dtype=self.dtype, device=self.device)
+            self.keys[index], self.values[index] = keys, values
+        return keys, values
 
     def allocate(self, count: int) -> list[int]:
         if count > len(self._free):
@@ -72,7 +72,7 @@ class KVPool:
     def page_bytes(self) -> int:
         total = 0
         for keys, values in zip(self.keys, self.values):
-            if keys is not None:
+            if keys is not None and values is not None:
                 total += (keys.shape[0] * keys.shape[2] + values.shape[0] * values.shape[2]) * keys.element_size()
         return total * self.page_tokens
 

@@ -69,8 +69,8 @@ class VerifierMetrics:
                                                 boundaries=SECONDS_BOUNDARIES)
         self.generated = metrics.Counter("edgespec_generated_tokens_total", "Tokens committed", tag_keys=("path",))
         self.active_sessions = metrics.Gauge("edgespec_active_sessions", "Open sessions and Generate calls on the replica")
-        self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path", "key"))
-        self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code", "key"))
+        self.sessions = metrics.Counter("edgespec_sessions_total", "Sessions opened", tag_keys=("path", "key"))  # pyright: ignore[reportArgumentType] (ray types it Tuple[str])
+        self.errors = metrics.Counter("edgespec_errors_total", "Requests refused or failed", tag_keys=("code", "key"))  # pyright: ignore[reportArgumentType] (ray types it Tuple[str])
         self.discarded = metrics.Counter("edgespec_discarded_blocks_total", "Sent-ahead blocks discarded (assumption failed)")
         self.moved = metrics.Counter("edgespec_sessions_moved_total", "Sessions told to move while the replica drained", tag_keys=("path",))
 
@@ -85,7 +85,7 @@ class VerifierMetrics:
             if item.block is None:
                 emitted["cloud_only"] += verdict.emitted
                 continue
-            mode = item.state.spec.mode.value
+            mode = item.state.mode.value
             k = len(item.block.tokens)
             drafted[mode] += k
             accepted[mode] += verdict.accepted

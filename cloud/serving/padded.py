@@ -17,12 +17,24 @@ Every function takes the ``TargetEngine`` as ``self`` and runs on its model thre
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from edgespec.cloud.serving.trees import tree_ancestors, tree_depths
 
+if TYPE_CHECKING:  # engine.py imports this module
+    from transformers import DynamicCache
+
+    from edgespec.cloud.serving.engine import SessionKV
+
 log = logging.getLogger(__name__)
+
+
+def cache_layers(cache: DynamicCache) -> list[Any]:
+    """A transformers cache's layers, of whatever kind (plain, sliding, linear, chunked...): the
+    callers check ``is_initialized`` and ``keys`` at run time, so they are not typed here."""
+    return list(cache.layers)
 
 
 def forward_padded(self, rows: list[tuple[SessionKV, list[int]]], trees: list[list[int] | None]) -> list[torch.Tensor]:
@@ -55,7 +67,7 @@ def forward_padded(self, rows: list[tuple[SessionKV, list[int]]], trees: list[li
     )
     logits = out.logits.float().cpu()
     for b, ((kv, _), length, n) in enumerate(zip(rows, lengths, counts)):
-        for layer, batch_layer in zip(kv.cache.layers, cache.layers):
+        for layer, batch_layer in zip(cache_layers(kv.cache), cache_layers(cache)):
             keys = batch_layer.keys[b : b + 1, :, lmax - length : lmax + n]
             values = batch_layer.values[b : b + 1, :, lmax - length : lmax + n]
             if not layer.is_initialized:
@@ -123,15 +135,15 @@ def stack_caches(self, kvs: list[SessionKV], lmax: int) -> DynamicCache:
     cache = self._new_cache()
     if lmax == 0:
         return cache
-    reference = next(kv for kv in kvs if kv.length > 0)
-    for index, batch_layer in enumerate(cache.layers):
-        sample = reference.cache.layers[index].keys
+    reference = cache_layers(next(kv for kv in kvs if kv.length > 0).cache)
+    for index, batch_layer in enumerate(cache_layers(cache)):
+        sample = reference[index].keys
         shape = (len(kvs), sample.shape[1], lmax, sample.shape[3])
         keys = sample.new_zeros(shape)
-        values = reference.cache.layers[index].values.new_zeros(shape[:3] + (reference.cache.layers[index].values.shape[3],))
+        values = reference[index].values.new_zeros(shape[:3] + (reference[index].values.shape[3],))
         for b, kv in enumerate(kvs):
             if kv.length:
-                layer = kv.cache.layers[index]
+                layer = cache_layers(kv.cache)[index]
                 keys[b, :, lmax - kv.length :] = layer.keys[0]
                 values[b, :, lmax - kv.length :] = layer.values[0]
         batch_layer.lazy_initialization(keys, values)

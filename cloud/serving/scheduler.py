@@ -55,31 +55,32 @@ class BatchScheduler(Generic[Item, Result]):
         """Queues ``item`` for the next batch and waits for its result."""
         started = self._ledger.clock()
         loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done():
+        if self._task is None or self._task.done() or self._arrival is None:
             self._arrival = asyncio.Event()
-            self._task = loop.create_task(self._loop())
+            self._task = loop.create_task(self._loop(self._arrival))
         future = loop.create_future()
         self._queue.append((item, future))
         self._arrival.set()
         self._ledger.add("scheduling", started)
         return await future
 
-    async def _loop(self) -> None:
+    async def _loop(self, arrival: asyncio.Event) -> None:
+        """Runs batches while the loop that started it runs; ``arrival`` is set on each submit."""
         loop = asyncio.get_running_loop()
         while True:
             # The model is free: wait for a first arrival.
             while not self._queue:
-                self._arrival.clear()
-                await self._arrival.wait()
+                arrival.clear()
+                await arrival.wait()
             # Give the other open sessions up to wait_s to join before starting.
             deadline = loop.time() + self.wait_s
             while len(self._queue) < min(self.max_batch_size, max(self._expected(), 1)):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                self._arrival.clear()
+                arrival.clear()
                 try:
-                    await asyncio.wait_for(self._arrival.wait(), remaining)
+                    await asyncio.wait_for(arrival.wait(), remaining)
                 except asyncio.TimeoutError:
                     break
             started = self._ledger.clock()

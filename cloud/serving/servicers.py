@@ -90,8 +90,9 @@ def add_health(servicer, server) -> None:
             servicer.Check, request_deserializer=lenient(health_pb2.HealthCheckRequest),
             response_serializer=health_pb2.HealthCheckResponse.SerializeToString),
         "List": grpc.unary_unary_rpc_method_handler(
-            servicer.List, request_deserializer=lenient(health_pb2.HealthListRequest),
-            response_serializer=health_pb2.HealthListResponse.SerializeToString),
+            # the List messages are newer than grpcio-health-checking's type stubs
+            servicer.List, request_deserializer=lenient(health_pb2.HealthListRequest),  # pyright: ignore[reportAttributeAccessIssue]
+            response_serializer=health_pb2.HealthListResponse.SerializeToString),  # pyright: ignore[reportAttributeAccessIssue]
         "Watch": grpc.unary_stream_rpc_method_handler(
             servicer.Watch, request_deserializer=lenient(health_pb2.HealthCheckRequest),
             response_serializer=health_pb2.HealthCheckResponse.SerializeToString),

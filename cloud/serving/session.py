@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import grpc
 
 from edgespec.edge.errors import ServerError, status_error
 from edgespec.edge.params import Finish, Mode, SamplingParams
 from edgespec.edge.tokenizer import SCHEME, is_current_scheme
+
+if TYPE_CHECKING:
+    from edgespec.cloud.serving.auth import ApiKey
 
 
 def invalid(message: str) -> ServerError:
@@ -110,8 +114,15 @@ class SessionState:
     # under which a block sent ahead of its verdict extends exactly what is committed.
     last_full: bool = False
     cache_key: int | None = None  # names the session's KV cache in the backend (open, extend, close)
-    key: object = None  # the API key it was opened with (auth.ApiKey), None without keys
+    key: ApiKey | None = None  # the API key it was opened with, None without keys
     reserved_bytes: int = 0  # the KV cache admission reserved for it (0: not admitted)
+
+    @property
+    def mode(self) -> Mode:
+        """The verification mode (``open_session`` refuses a request without a known one)."""
+        if self.spec.mode is None:
+            raise RuntimeError("a session is never opened without a known mode")
+        return self.spec.mode
 
     @property
     def finished(self) -> bool:
@@ -227,10 +238,10 @@ def check_draft(
             f"({len(state.committed)} committed); draft at most {state.context_room}"
         )
     checked_q = None
-    if state.spec.mode is Mode.EXACT:
+    if state.mode is Mode.EXACT:
         checked_q = _checked_q(q, tokens, state.limits.vocab_size)
     elif q:
-        raise invalid(f"draft.q is only sent in exact mode; this session is in {state.spec.mode.value} mode")
+        raise invalid(f"draft.q is only sent in exact mode; this session is in {state.mode.value} mode")
     return DraftBlock(round_no=round_no, tokens=list(tokens), q=checked_q, ahead=ahead)
 
 
@@ -239,8 +250,8 @@ def _checked_tree(state: SessionState, round_no: int, tokens: list[int], parents
     limits = state.limits
     if not limits.max_tree_tokens:
         raise invalid("this server verifies chains only: send draft.parents empty (see Info.max_tree_tokens)")
-    if state.spec.mode is not Mode.GREEDY:
-        raise invalid(f"tree drafts are verified in greedy mode only; this session is in {state.spec.mode.value} mode")
+    if state.mode is not Mode.GREEDY:
+        raise invalid(f"tree drafts are verified in greedy mode only; this session is in {state.mode.value} mode")
     if ahead:
         raise invalid("a block sent ahead (draft.ahead) must be a chain: send draft.parents empty")
     if q:

@@ -117,7 +117,8 @@ class TlsTerminator:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"HAProxy exited at start: {self.process.stderr.read().decode()[-2000:]}")
+                stderr = self.process.stderr.read().decode() if self.process.stderr else ""
+                raise RuntimeError(f"HAProxy exited at start: {stderr[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1" if self.listen_host in ("0.0.0.0", "::") else self.listen_host,
                                                self.listen_port), timeout=0.5):

@@ -43,11 +43,13 @@ class VerifyItem:
 
     def row(self) -> Row:
         state = self.state
+        if state.cache_key is None:
+            raise RuntimeError("verifying a session whose cache was freed")
         return Row(
             key=state.cache_key,
             cache_len=len(state.committed) - 1,
             tokens=[state.pending] + self.drafts,
-            mode=state.spec.mode,
+            mode=state.mode,
             sampling=state.spec.sampling,
             round_no=state.next_round,
             q=self.block.q if self.block else None,
@@ -112,7 +114,7 @@ class Verifier:
             log.warning("a batch of %d failed (%r): verifying its sessions one by one", len(items), exc)
             return [self._step_alone(item) for item in items]
         verify_ms = (time.perf_counter() - started) * 1000.0
-        return self._commit_batch(items, raw, verify_ms)
+        return list(self._commit_batch(items, raw, verify_ms))
 
     def _step_alone(self, item: VerifyItem) -> Verdict | Exception:
         try:

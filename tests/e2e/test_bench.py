@@ -20,23 +20,21 @@ def prompt_file(tmp_path_factory):
     return path
 
 
-def bench_args(server, prompt_file, out, what, **overrides):
+def bench_args(server, prompt_file, out, what, *extra):
+    """``edgespec bench WHAT`` against the test server, small; ``extra``: the mode's own flags."""
     parser = argparse.ArgumentParser()
     bench_cli.add_arguments(parser)
-    args = parser.parse_args(
+    return parser.parse_args(
         [what, "--target", str(server.pair.target_dir), "--draft", str(server.pair.draft_dir),
-         "--prompts", str(prompt_file), "--held-out", str(prompt_file), "--out", str(out),
-         "--server", server.address, "--prompt-limit", "2", "--max-new-tokens", "12", "--k-values", "1,3",
-         "--draft-hf", str(server.pair.draft_hf_dir)]
+         "--prompts", str(prompt_file), "--out", str(out), "--server", server.address, "--prompt-limit", "2",
+         "--max-new-tokens", "12", *extra]
     )
-    for key, value in overrides.items():
-        setattr(args, key, value)
-    return args
 
 
 def test_bench_report(server, prompt_file, tmp_path):
     out = tmp_path / "report"
-    assert bench_cli.run(bench_args(server, prompt_file, out, "report")) == 0
+    assert bench_cli.run(bench_args(server, prompt_file, out, "report", "--held-out", str(prompt_file), "--k-values", "1,3",
+                                         "--draft-hf", str(server.pair.draft_hf_dir))) == 0
     for name in ("report.json", "report.md", "speedup_vs_k.png", "acceptance.png", "sweeps.png"):
         assert (out / name).stat().st_size > 0, name
     report = json.loads((out / "report.json").read_text())
@@ -56,7 +54,7 @@ def test_bench_report(server, prompt_file, tmp_path):
 
 def test_bench_capacity(server, prompt_file, tmp_path):
     out = tmp_path / "capacity"
-    assert bench_cli.run(bench_args(server, prompt_file, out, "capacity", sessions="1,3")) == 0
+    assert bench_cli.run(bench_args(server, prompt_file, out, "capacity", "--sessions", "1,3")) == 0
     rows = json.loads((out / "capacity.json").read_text())
     assert [row["sessions"] for row in rows] == [1, 3]
     assert all(row["speculative_tokens_per_s"] > 0 and row["cloud_only_tokens_per_s"] > 0 for row in rows)
@@ -65,7 +63,7 @@ def test_bench_capacity(server, prompt_file, tmp_path):
 
 def test_bench_links(server, prompt_file, tmp_path):
     out = tmp_path / "links"
-    args = bench_args(server, prompt_file, out, "links", sessions="2", profiles="loopback,wifi", other_ingresses="")
+    args = bench_args(server, prompt_file, out, "links", "--sessions", "2", "--link", "loopback,wifi", "--other-ingresses", "")
     assert bench_cli.run(args) == 0
     data = json.loads((out / "links.json").read_text())
     assert [row["profile"] for row in data["profiles"]] == ["loopback", "wifi"]

@@ -336,7 +336,7 @@ def test_grpc_bidi_streams_pass_through(echo):
 def test_cli_prints_the_profile_and_counters_then_stops_on_ctrl_c(echo):
     command = [
         sys.executable, "-m", "edgespec.cli", "link", "--listen", "127.0.0.1:0",
-        "--upstream", f"{echo[0]}:{echo[1]}", "--profile", "4g", "--loss", "0", "--report-every", "0.2",
+        "--upstream", f"{echo[0]}:{echo[1]}", "--link", "4g", "--loss", "0", "--report-every", "0.2",
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -34,6 +34,7 @@ class Recorder:
 class FakeState:
     def __init__(self, mode):
         self.spec = type("Spec", (), {"mode": mode})()
+        self.mode = mode  # SessionState.mode: the spec's, checked at open
 
 
 def test_a_batch_is_counted_per_mode_position_and_path(monkeypatch):

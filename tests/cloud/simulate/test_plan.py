@@ -118,7 +118,7 @@ def test_plan_command_prints_and_writes_the_plan(tmp_path, capsys):
     cli.add_arguments(parser)
     curve = tmp_path / "curve.json"
     curve.write_text(json.dumps(VerifyModel(a_ms=11.0, b_ms=0.5, c_ms=0.1).to_dict()))
-    args = parser.parse_args(["plan", "--devices", "500", "--profile-mix", MIX, "--batch-curve", str(curve),
+    args = parser.parse_args(["plan", "--devices", "500", "--link", MIX, "--batch-curve", str(curve),
                               "--goal-ms-per-token", "60", "--max-sessions", "32", "--duration", "2", "--out", str(tmp_path)])
     assert cli.run(args) == 0
     printed = capsys.readouterr().out

@@ -375,7 +375,7 @@ def test_cli_writes_result_json(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     args = parser.parse_args(
-        ["--devices", "6", "--link-mix", "wifi:0.5,4g:0.5", "--replicas", "2", "--k", "auto",
+        ["--devices", "6", "--link", "wifi:0.5,4g:0.5", "--replicas", "2", "--k", "auto",
          "--tokens-per-device", "40", "--out", str(tmp_path)]
     )
     assert cli.run(args) == 0
@@ -385,7 +385,7 @@ def test_cli_writes_result_json(tmp_path, capsys):
     assert result["speculative"]["tokens"] == 240
     assert len(result["per_device"]["link"]) == 6
     assert Calibration.load(tmp_path / "calibration.json") == Calibration.default()
-    bad = parser.parse_args(["--link-mix", "dialup:1"])
+    bad = parser.parse_args(["--link", "dialup:1"])
     assert cli.run(bad) == 2
 
 
