@@ -228,6 +228,8 @@ class AsyncEdgeClient:
         stream = self.stream(prompt, **params)
         async for _ in stream:
             pass
+        if stream.result is None:  # the stream ends only after setting it (or raising)
+            raise RuntimeError("the generation's stream ended without a result")
         return stream.result
 
     def stream(self, prompt: str | Sequence[int], **params: Any) -> "AsyncTextStream":

@@ -46,7 +46,7 @@ from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import (
-    SparseDist, mix_point_mass, point_mass, probs_from_logits, round_rng, sample, truncate_top_n,
+    Draws, SparseDist, mix_point_mass, point_mass, probs_from_logits, round_rng, sample, truncate_top_n,
 )
 from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_fingerprint, load_tokenizer
 
@@ -88,7 +88,7 @@ def checked_token_ids(ids: Sequence[int], vocab_size: int, what: str) -> list[in
 class DraftModel:
     """An ONNX draft (a directory from ``edgespec export-draft``) that proposes tokens."""
 
-    def __init__(self, model_dir: str | Path, *, threads: int = 1, providers: list[str] | None = None):
+    def __init__(self, model_dir: str | Path, *, threads: int = 1, providers: Sequence[str] | None = None):
         """``providers``: ONNX Runtime execution providers in priority order (default: CPU); one
         this onnxruntime build lacks is refused with the available ones named. The graph is
         checked against the manifest's sha256 first (``DraftIntegrityError``)."""
@@ -132,7 +132,7 @@ class DraftModel:
         clone.reset([])
         return clone
 
-    def _open_session(self, threads: int, providers: list[str] | None) -> ort.InferenceSession:
+    def _open_session(self, threads: int, providers: Sequence[str] | None) -> ort.InferenceSession:
         path = self.model_dir / self.manifest.onnx_file
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found; the draft directory is incomplete, re-export it")
@@ -181,7 +181,7 @@ class DraftModel:
         k: int,
         *,
         sampling: SamplingParams | None = None,
-        rng: np.random.Generator | None = None,
+        rng: Draws | None = None,
         top_n: int = 0,
         lookup: LookupConfig | None = None,
         alternatives: bool = False,
@@ -203,39 +203,33 @@ class DraftModel:
         the material of a tree draft.
         """
         self._ready_to_draft(k)
-        params, sampling = sampling, sampling is not None and not sampling.is_greedy
-        if sampling and rng is None:
-            rng = round_rng(params.seed, self.stats.proposals)
+        sampler = None  # sampled drafts: (the parameters, the draws)
+        if sampling is not None and not sampling.is_greedy:
+            sampler = sampling, (rng if rng is not None else round_rng(sampling.resolved_seed, self.stats.proposals))
         started = time.perf_counter()
         drafts: list[int] = []
         q: list[SparseDist] = []
         runners_up: list[tuple[int, float]] = []
         for _ in range(k):
             found = lookup_next(self.tokens, lookup) if lookup is not None else None
-            lookup_decides = found is not None and (lookup_weight == 1.0 if sampling else not alternatives)
-            # Pending tokens wait for the next forward: one forward over several costs about one.
-            logits = None if lookup_decides else self._feed(self.tokens[self.cache_len :])[-1]
-            if sampling:
-                dist = self._draft_dist(logits, found, params, top_n, lookup_weight)
+            if sampler is not None:
+                dist = self._sampled_dist(found, sampler[0], top_n, lookup_weight)
                 # NOTE: a point mass draws its uniform too: same stream either way. The context is
                 # the whole sequence, so len(tokens) is the absolute position (coupled draws).
-                token = sample(dist, rng, len(self.tokens))
+                token = sample(dist, sampler[1], len(self.tokens))
                 q.append(dist)
-            elif lookup_decides:
-                token = found
             else:
-                model_token = int(np.argmax(logits))
-                token = model_token if found is None else found
-                if alternatives:
-                    runners_up.append(_runner_up(logits, token, model_token))
+                token, runner_up = self._greedy_draft(found, alternatives)
+                if runner_up is not None:
+                    runners_up.append(runner_up)
             self.tokens.append(token)
             drafts.append(token)
         elapsed_ms = (time.perf_counter() - started) * 1e3
         self.stats.proposals += 1
         self.stats.drafted_tokens += k
         self.stats.draft_ms += elapsed_ms
-        return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=elapsed_ms,
-                        alternatives=runners_up if alternatives and not sampling else None)
+        return Proposal(tokens=drafts, q=q if sampler is not None else None, draft_ms=elapsed_ms,
+                        alternatives=runners_up if alternatives and sampler is None else None)
 
     def _ready_to_draft(self, k: int) -> None:
         """Checks ``k`` and the context, and leaves a token to feed: the next forward yields logits."""
@@ -250,13 +244,25 @@ class DraftModel:
             # since the cache keeps keys/values, not the logits that follow them.
             self._trim_cache(self.cache_len - 1)
 
-    @staticmethod
-    def _draft_dist(logits: np.ndarray | None, found: int | None, params: SamplingParams, top_n: int,
-                    lookup_weight: float) -> SparseDist:
-        """The q a sampled draft is drawn from: the model's (top_n), the lookup's point mass
-        (``logits`` None: the lookup alone decides), or their mixture."""
-        if logits is None:
+    def _greedy_draft(self, found: int | None, alternatives: bool) -> tuple[int, tuple[int, float] | None]:
+        """The next greedy draft (the lookup's token ``found`` where it has one, else the model's
+        argmax) and, with ``alternatives``, its runner-up (``_runner_up``)."""
+        if found is not None and not alternatives:
+            # The lookup alone decides: the model is not run here; the pending tokens wait for
+            # the next forward (one forward over several costs about one).
+            return found, None
+        logits = self._feed(self.tokens[self.cache_len :])[-1]
+        model_token = int(np.argmax(logits))
+        token = model_token if found is None else found
+        return token, _runner_up(logits, token, model_token) if alternatives else None
+
+    def _sampled_dist(self, found: int | None, params: SamplingParams, top_n: int, lookup_weight: float) -> SparseDist:
+        """The q a sampled draft is drawn from: the lookup's point mass where it alone decides
+        (``lookup_weight`` 1: the model is not run here), else the model's (top_n), mixed with
+        the lookup's point mass where it has a token."""
+        if found is not None and lookup_weight == 1.0:
             return point_mass(found)
+        logits = self._feed(self.tokens[self.cache_len :])[-1]
         dist = truncate_top_n(probs_from_logits(logits, params), top_n)
         return dist if found is None else mix_point_mass(dist, found, lookup_weight, top_n)
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-import numpy as np
+from tokenizers import Tokenizer
 
 from edgespec.edge.lookup import LookupConfig
+from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
-from edgespec.edge.sampling import SparseDist
+from edgespec.edge.sampling import Draws, SparseDist
 
 
 @dataclass
@@ -44,8 +45,8 @@ class DraftSettings:
 
 
 class Drafter(Protocol):
-    manifest: object  # a DraftManifest: max_positions, tokenizer_fingerprint
-    tokenizer: object
+    manifest: DraftManifest  # the loop reads max_positions, tokenizer_fingerprint
+    tokenizer: Tokenizer
     vocab_size: int
     tokens: list[int]
     eos_token_ids: list[int]  # the default stop tokens
@@ -58,7 +59,7 @@ class Drafter(Protocol):
 
     def rollback_to(self, n: int) -> None: ...
 
-    def propose(self, k: int, *, sampling: SamplingParams | None = None, rng: np.random.Generator | None = None,
+    def propose(self, k: int, *, sampling: SamplingParams | None = None, rng: Draws | None = None,
                 top_n: int = 0, lookup: LookupConfig | None = None, alternatives: bool = False,
                 lookup_weight: float = 1.0) -> Proposal: ...
 

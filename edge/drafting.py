@@ -14,11 +14,11 @@ from typing import Callable
 
 import numpy as np
 
-from edgespec.edge.drafter import Drafter, DraftSettings
+from edgespec.edge.drafter import Drafter, DraftSettings, Proposal
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.params import GenerationParams, Mode
 from edgespec.edge.protocol import Block
-from edgespec.edge.sampling import PositionDraws, round_rng
+from edgespec.edge.sampling import Draws, PositionDraws, round_rng
 
 GUESS_SALT = 0xB0  # separates the bonus-guess draws from the round's own draws
 
@@ -53,18 +53,18 @@ class BlockDrafter:
                  clock: Callable[[], float]):
         self.drafter, self.draft_thread, self.clock = drafter, draft_thread, clock
         self.settings = draft_settings(params)
-        self.seed, self.coupled = params.seed, params.mode is Mode.COUPLED
+        self.seed, self.coupled = params.resolved_seed, params.mode is Mode.COUPLED
 
-    def rngs(self, round_no: int) -> tuple[np.random.Generator | None, np.random.Generator | None]:
+    def rngs(self, round_no: int) -> tuple[Draws | None, Draws | None]:
         """(the generator of the bonus guess before ``round_no``, the generator of its drafts)."""
         if self.settings.sampling is None:
             return None, None
         if self.coupled:  # keyed by position, not round: one for the guess and the drafts
             draws = PositionDraws(self.seed)
-            return draws, draws  # type: ignore[return-value]  # (sample() takes either)
+            return draws, draws
         return np.random.default_rng([self.seed, round_no, GUESS_SALT]), round_rng(self.seed, round_no)
 
-    def _timed(self, k: int, rng, alternatives: bool = False):
+    def _timed(self, k: int, rng: Draws | None, alternatives: bool = False) -> tuple[Proposal, float]:
         started = self.clock()
         proposal = self.drafter.propose(k, rng=rng, alternatives=alternatives, **self.settings.as_keywords())
         return proposal, (self.clock() - started) * 1000
@@ -76,6 +76,8 @@ class BlockDrafter:
         proposal, ms = await loop.run_in_executor(self.draft_thread, self._timed, k, rng, leaves > 0)
         block = Block(round_no, proposal.tokens, proposal.q, draft_ms=ms, prefilled=prefilled)
         if leaves > 0:
+            if proposal.alternatives is None:
+                raise ValueError("a tree needs the drafter's runner-up tokens: greedy drafting with the draft model")
             add_leaves(block, proposal.alternatives, leaves)
         return block
 

@@ -46,9 +46,9 @@ from edgespec.edge.policies import Policies, RoundTiming
 from edgespec.edge.protocol import Block, ClientSession, Kind, Outcome
 from edgespec.edge.shadow import Shadow
 from edgespec.edge.stats import RequestStats
-from edgespec.edge.transport import ReplicaMoved, Retries, SessionStream, StreamEnded, generate_tokens
+from edgespec.edge.transport import ReplicaMoved, Retries, SessionStream, StreamEnded, Stub, generate_tokens
 from edgespec.edge.types import RoundRecord, ServerInfo
-from edgespec.v1 import speculative_pb2_grpc as pb_grpc
+from edgespec.v1 import speculative_pb2 as pb
 
 RTT_PROBE_INTERVAL_S = 0.5  # while streaming cloud-only: how often the round trip is probed
 Clock = Callable[[], float]
@@ -57,7 +57,7 @@ Clock = Callable[[], float]
 class Generation:
     """One generation request; iterate ``chunks()`` for the tokens as they are committed."""
 
-    def __init__(self, stub: pb_grpc.SpeculativeStub, drafter: Drafter, draft_thread: Executor,
+    def __init__(self, stub: Stub, drafter: Drafter, draft_thread: Executor,
                  prompt_ids: list[int], params: GenerationParams, info: ServerInfo, *, timeout: float,
                  max_retries: int, planner: Planner | None = None,
                  rtt_probe: Callable[[], Awaitable[float]] | None = None, clock: Clock = time.perf_counter):
@@ -159,14 +159,15 @@ class Generation:
                 # Step 2: keep the pipeline full with blocks drafted ahead.
                 await self._fill(stream)
                 # Step 3: apply the next verdict.
-                outcome = session.verdict((await stream.receive()).verdict)
+                verdict = (await stream.receive()).verdict
+                outcome = session.verdict(verdict)
                 if outcome.kind is Kind.STALE:
                     continue  # sent on an assumption that failed: answered "discarded"
                 if outcome.kind is Kind.DISCARDED:
                     self._dropped(outcome)
                     await self._send_fresh(stream)
                     continue
-                self._account(outcome)
+                self._account(outcome, verdict)
                 yield outcome.tokens
                 # Step 4: move, stop, or go on.
                 if outcome.draining:
@@ -211,9 +212,10 @@ class Generation:
             self.drafter.rollback_to(outcome.keep)
             self.drafter.append(self.session.committed[outcome.keep:])
 
-    def _account(self, outcome: Outcome) -> None:
-        """A committed round: stats, the round's record, what the policies learn, the draft."""
-        now, block, verdict = self.clock(), outcome.block, outcome.verdict
+    def _account(self, outcome: Outcome, verdict: pb.Verdict) -> None:
+        """A committed round (``verdict`` its message): stats, the round's record, what the
+        policies learn, the draft."""
+        now, block = self.clock(), outcome.block
         k, n = block.chain_length, outcome.accepted
         wait_ms = (now - max(block.sent_at, self._last_verdict_at)) * 1000
         wall_ms = (now - self._last_verdict_at) * 1000
@@ -233,7 +235,7 @@ class Generation:
     async def _cloud_segment(self) -> AsyncIterator[list[int]]:
         session, planner, stats = self.session, self.policies.planner, self.stats
         auto = planner.mode == "auto"
-        probe = asyncio.create_task(self._probe_rtt()) if auto and self.rtt_probe else None
+        probe = asyncio.create_task(self._probe_rtt(self.rtt_probe)) if auto and self.rtt_probe else None
         shadow = self._shadow() if auto else None
         try:
             first_at, since_first = None, 0
@@ -268,10 +270,10 @@ class Generation:
                       block_k=lambda: self.policies.block_k(max_k), lookup=settings.lookup,
                       sampling=settings.sampling, lookup_weight=settings.lookup_weight, clock=self.clock)
 
-    async def _probe_rtt(self) -> None:
+    async def _probe_rtt(self, rtt_probe: Callable[[], Awaitable[float]]) -> None:
         while True:
             await asyncio.sleep(RTT_PROBE_INTERVAL_S)
             try:
-                self.policies.planner.record_rtt(await self.rtt_probe())
+                self.policies.planner.record_rtt(await rtt_probe())
             except Exception:  # a failed probe says nothing about the stream; the stream reports its own errors
                 pass

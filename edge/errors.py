@@ -17,7 +17,13 @@ Tooling adds its own leaves (``ExportError`` in ``edgespec.cloud.training.export
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
+
 import grpc
+
+if TYPE_CHECKING:
+    from edgespec.edge.types import Result
 
 
 class EdgespecError(Exception):
@@ -27,7 +33,7 @@ class EdgespecError(Exception):
     the error (its ``finish_reason`` is "error"); None otherwise.
     """
 
-    partial = None
+    partial: Result | None = None
 
 
 class ConnectionFailedError(EdgespecError):
@@ -135,6 +141,7 @@ def from_rpc_error(error: grpc.RpcError) -> EdgespecError:
 
 
 def is_retryable(error: BaseException) -> bool:
-    if isinstance(error, (TimeoutError, ConnectionError)):
+    # NOTE: asyncio.wait_for's asyncio.TimeoutError is a TimeoutError only from Python 3.11.
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
         return True
     return isinstance(error, grpc.RpcError) and error.code() in RETRYABLE_CODES

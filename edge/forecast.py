@@ -19,6 +19,7 @@ class Forecast:
     """The predictions; ``Planner`` adds what is measured and what is decided."""
 
     PRIOR_ACCEPTANCE = 0.7  # per-position acceptance assumed before any round is measured
+    MIN_ROUNDS = 4  # rounds of a speculative segment before it may be left on its rates (or they stand for speculation's)
     DEVICE_MS = (1.5, 0.25)  # a round's device time before any is measured: base + per draft
     PREFILL_FORWARDS = 4  # the replica's prefill in verify forwards, until a first round measures it
     REST_CHANCE = 0.01  # below this chance that the draft can win, the shadow rests (looks now and then)...
@@ -65,14 +66,14 @@ class Forecast:
         A held block is verified right after its predecessor, costing a forward and the device's
         time, but no more than ``depth`` blocks travel in one round trip. None until the round
         trip and the forward are known."""
-        def compute():
-            if self.fresh_round_ms(1) is None:
-                return None
+        def compute() -> list[tuple[float, float]] | None:
             depth, ahead = self.depth(), self.est.chain_valid is not None
             out = []
             for k in range(1, self._max_k + 1):
-                fresh = self.fresh_round_ms(k)
-                held = max(self.verify_ms(k) + self.device_ms(k), fresh / depth) if ahead and depth > 1 else fresh
+                fresh, verify = self.fresh_round_ms(k), self.verify_ms(k)
+                if fresh is None or verify is None:
+                    return None  # (at every k alike: the round trip or the forward is unknown)
+                held = max(verify + self.device_ms(k), fresh / depth) if ahead and depth > 1 else fresh
                 out.append((fresh, held))
             return out
         return self._cached("costs", compute)
@@ -80,8 +81,10 @@ class Forecast:
     def _effective_round(self, k: int, holds: float) -> float | None:
         """A round at k when its block holds with chance ``holds`` (sent ahead)."""
         costs = self._round_costs()
-        if costs is None:
-            return None
+        return None if costs is None else self._round_at(costs, k, holds)
+
+    def _round_at(self, costs: list[tuple[float, float]], k: int, holds: float) -> float:
+        """``_effective_round`` from the per-k ``costs`` (``_round_costs``)."""
         fresh, held = costs[max(1, min(int(k), self._max_k)) - 1]
         return holds * held + (1 - holds) * fresh
 
@@ -110,11 +113,12 @@ class Forecast:
 
     def reachable_k(self) -> int | None:
         """The k the adaptive policy settles on from the acceptance measured so far."""
-        def compute():
-            if self._round_costs() is None:
+        def compute() -> int | None:
+            costs = self._round_costs()
+            if costs is None:
                 return None
             tokens, holds = self._tokens_and_holds()
-            return best_k(lambda k: tokens[k], lambda k: self._effective_round(k, holds[k]), 1, self._max_k)
+            return best_k(lambda k: tokens[k], lambda k: self._round_at(costs, k, holds[k]), 1, self._max_k)
         return self._cached("k", compute)
 
     def predicted_round_ms(self, k: int | None = None) -> float | None:
@@ -133,9 +137,10 @@ class Forecast:
             round_ms = self._effective_round(self._max_k, 1.0 if tau >= self._max_k + 1 else 0.0)
             return None if round_ms is None else round_ms / tau * bias
         k = self.reachable_k()
-        if k is None:
+        round_ms = None if k is None else self.predicted_round_ms(k)
+        if k is None or round_ms is None:
             return None
-        return self.predicted_round_ms(k) / self._tokens_and_holds()[0][k] * bias
+        return round_ms / self._tokens_and_holds()[0][k] * bias
 
     def speculative_ms_per_token(self) -> float | None:
         """Measured while speculating, else predicted."""
@@ -162,10 +167,14 @@ class Forecast:
         return stream + self.shadow_share(stream) * shadow
 
     def speculation_wins_at(self, a: float) -> bool:
-        """Whether a draft of geometric per-position acceptance ``a`` beats the stream."""
-        return self._wins_at(a, self._round_costs(), self.stream_ms_per_token())
+        """Whether a draft of geometric per-position acceptance ``a`` beats the stream; a
+        ValueError until the round (round trip, forward) and the stream are both known."""
+        costs, cloud = self._round_costs(), self.stream_ms_per_token()
+        if costs is None or cloud is None:
+            raise ValueError("speculation_wins_at needs the round trip, the replica's forward and the stream's rate measured")
+        return self._wins_at(a, costs, cloud)
 
-    def _wins_at(self, a: float, costs, cloud: float) -> bool:
+    def _wins_at(self, a: float, costs: list[tuple[float, float]], cloud: float) -> bool:
         best = math.inf
         for k, (fresh, held) in enumerate(costs, 1):
             holds = a ** (k + 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -61,7 +62,7 @@ def check_providers(providers) -> list[str]:
     return list(providers)
 
 
-def open_session(path: str | Path, *, threads: int = 1, providers: list[str] | None = None) -> ort.InferenceSession:
+def open_session(path: str | Path, *, threads: int = 1, providers: Sequence[str] | None = None) -> ort.InferenceSession:
     """An ONNX Runtime session for a draft graph; ``threads`` 0 lets ORT choose."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

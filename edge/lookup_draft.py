@@ -19,19 +19,20 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec.edge.draft import DraftModel, checked_token_ids
-from edgespec.edge.drafter import Proposal
+from edgespec.edge.draft import checked_token_ids
+from edgespec.edge.drafter import Drafter, Proposal
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.params import SamplingParams
-from edgespec.edge.sampling import point_mass, sample
+from edgespec.edge.sampling import Draws, SparseDist, point_mass, sample
 
 BIGRAM = LookupConfig(max_n=1, min_n=1)  # the fallback: what followed the last token before
 
 
 class LookupDraft:
-    """Drafts from the context only; ``model`` lends its manifest and tokenizer, never runs."""
+    """Drafts from the context only; ``model`` (a draft model) lends its manifest and tokenizer,
+    never runs."""
 
-    def __init__(self, model: DraftModel, config: LookupConfig | None = None):
+    def __init__(self, model: Drafter, config: LookupConfig | None = None):
         self.model = model
         self.manifest, self.tokenizer = model.manifest, model.tokenizer
         self.vocab_size = model.vocab_size
@@ -65,7 +66,7 @@ class LookupDraft:
         k: int,
         *,
         sampling: SamplingParams | None = None,
-        rng: np.random.Generator | None = None,
+        rng: Draws | None = None,
         top_n: int = 0,
         lookup: LookupConfig | None = None,
         alternatives: bool = False,
@@ -78,20 +79,23 @@ class LookupDraft:
             raise ValueError("the context is empty: call reset(prompt_ids) with at least one token first")
         if alternatives:
             raise ValueError("a lookup-only draft has no runner-up tokens: tree drafts need the draft model")
-        sampling = sampling is not None and not sampling.is_greedy
-        if sampling and rng is None:
-            raise ValueError("sampling needs the round's generator (rng)")
+        draws = None  # sampled: the round's draws
+        if sampling is not None and not sampling.is_greedy:
+            if rng is None:
+                raise ValueError("sampling needs the round's generator (rng)")
+            draws = rng
         started = time.perf_counter()
-        drafts, q = [], []
+        drafts: list[int] = []
+        q: list[SparseDist] = []
         for _ in range(k):
             token = self.guess(lookup)
-            if sampling:
+            if draws is not None:
                 dist = point_mass(token)
-                sample(dist, rng)  # NOTE: drawn anyway, so the round's stream matches a model draft's
+                sample(dist, draws)  # NOTE: drawn anyway, so the round's stream matches a model draft's
                 q.append(dist)
             self.tokens.append(token)
             drafts.append(token)
-        return Proposal(tokens=drafts, q=q if sampling else None, draft_ms=(time.perf_counter() - started) * 1e3)
+        return Proposal(tokens=drafts, q=q if draws is not None else None, draft_ms=(time.perf_counter() - started) * 1e3)
 
     def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]:
         """Appends streamed tokens; returns what would have been drafted at each."""

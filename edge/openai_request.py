@@ -42,7 +42,7 @@ def max_tokens(body: dict, *, chat: bool) -> int | None:
     for name in ("max_completion_tokens", "max_tokens"):
         value = _number(body, name, None, int, 1, None)
         if value is not None:
-            return value
+            return int(value)  # (an int already: _number's type follows its kind only at run time)
     return None if chat else DEFAULT_MAX_TOKENS
 
 

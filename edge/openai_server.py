@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Generator, Iterator
+from typing import Generator
 
 from edgespec.edge import openai_request as fields
 from edgespec.edge.eos import chat_template_of
@@ -148,7 +148,8 @@ class DeviceServer(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: DeviceServer
+    # (typeshed's BaseRequestHandler is not generic in its server: a Handler only ever serves a DeviceServer)
+    server: DeviceServer  # pyright: ignore[reportIncompatibleVariableOverride]
     protocol_version = "HTTP/1.1"
     timeout = 60  # seconds a connection may sit silent (mid-request or between requests)
     MAX_BODY = 16 << 20
@@ -162,7 +163,7 @@ class Handler(BaseHTTPRequestHandler):
         started = time.perf_counter()
         self._status, self._usage = 0, {}
         origin = self.headers.get("Origin")
-        self._cors = self._cors_headers(origin) if self.server.config.allows(origin) else {}
+        self._cors = self._cors_headers(origin) if origin is not None and self.server.config.allows(origin) else {}
         try:
             route()
         finally:
@@ -345,7 +346,7 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
                          "model": model, "choices": [choice], "usage": self._usage})
 
-    def _chunks(self, pieces, chat: bool, request_id: str, created: int, model: str, usage: bool) -> Iterator[dict]:
+    def _chunks(self, pieces, chat: bool, request_id: str, created: int, model: str, usage: bool) -> Generator[dict, None, None]:
         kind = "chat.completion.chunk" if chat else "text_completion"
         head = {"id": request_id, "object": kind, "created": created, "model": model}
         first = True

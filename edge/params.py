@@ -110,6 +110,13 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def resolved_seed(self) -> int:
+        """``seed`` as construction resolved it (None became 0 when greedy, else the OS's draw)."""
+        if self.seed is None:  # only where __post_init__ was bypassed
+            raise ValueError("SamplingParams.seed was never resolved: construct SamplingParams normally")
+        return self.seed
+
 
 @dataclass(frozen=True)
 class GenerationParams(SamplingParams):
@@ -194,6 +201,13 @@ class GenerationParams(SamplingParams):
             object.__setattr__(self, "send_ahead", int(self.send_ahead))
         if self.send_ahead != "auto" and (not _is_int(self.send_ahead) or not 1 <= self.send_ahead <= MAX_SEND_AHEAD):
             raise ValueError(f"send_ahead must be 'auto' or an integer in [1, {MAX_SEND_AHEAD}], got {self.send_ahead!r}")
+
+    @property
+    def resolved_mode(self) -> Mode:
+        """``mode`` as construction resolved it (None or a name became a ``Mode``)."""
+        if not isinstance(self.mode, Mode):  # only where __post_init__ was bypassed
+            raise ValueError(f"GenerationParams.mode {self.mode!r} was never resolved: construct GenerationParams normally")
+        return self.mode
 
     @property
     def sampling(self) -> SamplingParams:

@@ -99,13 +99,12 @@ class Switch:
 class Planner(Forecast):
     """Chooses the path and the send-ahead depth; ``mode``: "auto", "speculative" or "cloud_only"."""
 
-    MIN_ROUNDS = 4  # rounds of a speculative segment before it may be left on its rates
     MIN_TOKENS = 8  # tokens of a cloud-only segment (and one round-trip probe) before it may be left
     EXPLORE_LOSS = 0.1  # an unknown draft is tried first only where a hopeless one loses less than this
     ENTER_CHANCE = 0.9  # speculation is entered on a forecast only at this chance that the draft can win
     ENTER_DRAFTS = 32  # ...and after this many drafts observed (verified or replayed)
     WIN_CHANCE = 0.1  # below this posterior chance that the draft can win, speculation is left
-    # (the shadow's and the forecast's own settings: ``forecast.Forecast``)
+    # (MIN_ROUNDS, the shadow's and the forecast's own settings: ``forecast.Forecast``)
 
     def __init__(self, mode: str = "auto", *, margin: float = 0.05, max_depth: int = 4):
         if mode not in ("auto", "speculative", "cloud_only"):
@@ -180,8 +179,9 @@ class Planner(Forecast):
         est.round_ms.add(wall_ms, 1)
         if predicted:
             est.bias.add(wall_ms, predicted)
-            if len(est.bias) >= 4:
-                est.spec_bias = min(max(est.bias.trimmed, 2 / 3), 1.5)
+            bias = est.bias.trimmed  # (None only while it has no sample)
+            if len(est.bias) >= 4 and bias is not None:
+                est.spec_bias = min(max(bias, 2 / 3), 1.5)
         if est.chain_valid is not None and est.chain_valid < 0.15:
             # No block goes ahead at this rate, so nothing would update it: drift back up
             # slowly, so that send-ahead is tried again after a few dozen rounds.
@@ -292,7 +292,8 @@ class Planner(Forecast):
                 return False
             if self._segment_rounds < self.MIN_ROUNDS:
                 return False
-            measured = self.est.spec.trimmed if len(self.est.spec) >= self.MIN_ROUNDS else forecast
+            trimmed = self.est.spec.trimmed  # (None only while it has no sample)
+            measured = trimmed if trimmed is not None and len(self.est.spec) >= self.MIN_ROUNDS else forecast
             here, there, why = min(measured, forecast), cloud, "cloud-only predicted faster"
         else:
             if self._segment_tokens < self.MIN_TOKENS or not self._segment_probes:

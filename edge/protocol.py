@@ -121,7 +121,7 @@ class ClientSession:
     def open(self) -> pb.SessionRequest:
         """The Open of a new Session stream: every committed token, the budget left, the next round."""
         self.inflight.clear()  # a new stream: nothing of an old one is in flight
-        return open_request(self.committed, self.params.sampling, self.params.mode, self.fingerprint,
+        return open_request(self.committed, self.params.sampling, self.params.resolved_mode, self.fingerprint,
                             max_new_tokens=self.remaining, stop_token_ids=self.stop_token_ids, first_round=self.round_no)
 
     def generate(self) -> pb.GenerateRequest:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 
@@ -282,3 +283,8 @@ class PositionDraws:
             raise ValueError("coupled draws need the absolute position of the drafted token")
         return int(dist.token_ids[race(dist.probs, position_exponentials(self.seed, position, dist.token_ids))])
 
+
+
+# What a drafter samples with: a round's generator (exact and token modes), or the coupled
+# position draws (one object for every round).
+Draws = Union[np.random.Generator, PositionDraws]

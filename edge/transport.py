@@ -12,7 +12,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import grpc
 
@@ -24,10 +24,25 @@ from edgespec.edge.errors import (
     RequestTimeoutError,
     from_rpc_error,
     is_retryable,
+    status_error,
 )
 from edgespec.edge.stats import RequestStats
 from edgespec.edge.wire import finish_name, wire_bytes
 from edgespec.v1 import speculative_pb2 as pb
+
+# What a stream's read returns after the last message. grpc.aio re-exports it from a compiled
+# module (cygrpc) that has no stubs, so a static checker cannot see it.
+EOF = grpc.aio.EOF  # pyright: ignore[reportAttributeAccessIssue] (defined in grpc's compiled cygrpc)
+
+
+class Stub(Protocol):
+    """The calls the loop makes: ``speculative_pb2_grpc.SpeculativeStub``'s streams (the clients
+    pass ``aclient.KeyedStub``, which adds the API key to every call). The generated stub is
+    untyped: each returns a grpc.aio call."""
+
+    def Session(self, **kwargs: Any) -> Any: ...
+
+    def Generate(self, request: pb.GenerateRequest, **kwargs: Any) -> Any: ...
 
 
 def backoff_s(attempt: int, base: float = 0.2, cap: float = 5.0) -> float:
@@ -41,7 +56,9 @@ def typed_error(error: BaseException, timeout: float) -> EdgespecError:
         return error
     if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
         return RequestTimeoutError(f"no reply within {timeout:g}s")
-    return from_rpc_error(error)
+    if isinstance(error, grpc.RpcError):
+        return from_rpc_error(error)
+    return status_error(grpc.StatusCode.UNKNOWN, str(error))  # (no status: as from_rpc_error reads one)
 
 
 @dataclass(frozen=True)
@@ -142,7 +159,7 @@ class SessionStream:
 
     async def receive(self) -> pb.SessionResponse:
         message = await asyncio.wait_for(self.call.read(), self.timeout)
-        if message is grpc.aio.EOF:
+        if message is EOF:
             raise await _ended(self.call)
         self.stats.bytes_received += wire_bytes(message)
         return message
@@ -162,13 +179,16 @@ class SessionStream:
 
     async def _drain(self) -> None:
         try:
-            async with asyncio.timeout(self.timeout):
-                while await self.call.read() is not grpc.aio.EOF:
-                    pass
-        except (grpc.RpcError, TimeoutError, asyncio.CancelledError):
+            # One deadline for the whole drain (asyncio.wait_for: asyncio.timeout is Python 3.11+).
+            await asyncio.wait_for(self._read_to_end(), self.timeout)
+        except (grpc.RpcError, asyncio.TimeoutError, asyncio.CancelledError):  # asyncio's: not a TimeoutError on 3.10
             pass
         finally:
             self.call.cancel()
+
+    async def _read_to_end(self) -> None:
+        while await self.call.read() is not EOF:
+            pass
 
     def cancel(self) -> None:
         """Cancels the call, unless it is being closed the polite way (``close``)."""
@@ -176,7 +196,7 @@ class SessionStream:
             self.call.cancel()
 
 
-async def generate_tokens(stub, request: pb.GenerateRequest, timeout: float, stats: RequestStats) -> AsyncIterator[tuple[list[int], str]]:
+async def generate_tokens(stub: Stub, request: pb.GenerateRequest, timeout: float, stats: RequestStats) -> AsyncIterator[tuple[list[int], str]]:
     """Reads a Generate call: yields (new tokens, finish reason or "") per message.
 
     Raises grpc.RpcError or asyncio.TimeoutError as they come; the caller decides on retries.
@@ -186,7 +206,7 @@ async def generate_tokens(stub, request: pb.GenerateRequest, timeout: float, sta
     try:
         while True:
             reply = await asyncio.wait_for(call.read(), timeout)
-            if reply is grpc.aio.EOF:
+            if reply is EOF:
                 return
             stats.bytes_received += wire_bytes(reply)
             yield list(reply.token_ids), finish_name(reply.finish_reason) if reply.finished else ""

@@ -26,7 +26,7 @@ FINISH_TO_WIRE = {
     Finish.LENGTH: pb.FINISH_REASON_LENGTH,
     Finish.CONTEXT: pb.FINISH_REASON_CONTEXT,
 }
-FINISH_FROM_WIRE = {number: finish for finish, number in FINISH_TO_WIRE.items()}
+FINISH_FROM_WIRE: dict[int, Finish] = {number: finish for finish, number in FINISH_TO_WIRE.items()}
 GRPC_FRAME_HEADER = 5  # bytes before every gRPC message on the wire: flag + 4-byte length
 
 

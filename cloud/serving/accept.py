@@ -228,13 +228,6 @@ def verify_coupled(
     raise AssertionError("unreachable: the loop returns at j == k")
 
 
-def _seed(sampling: SamplingParams) -> int:
-    """The request's seed: SamplingParams resolves None on construction (greedy 0, else the OS's)."""
-    if sampling.seed is None:
-        raise ValueError("sampling parameters without a seed")
-    return sampling.seed
-
-
 def round_generator(seed: int, round_no: int) -> torch.Generator:
     """The generator for one session round: deterministic in (seed, round)."""
     # A multiplicative mix keeps nearby (seed, round) pairs far apart in seed space.
@@ -347,7 +340,7 @@ def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tup
         drafts[b, : len(row.drafts)] = torch.tensor(row.drafts, dtype=torch.long)
     if mode is Mode.COUPLED:
         return [
-            verify_coupled(row.drafts, target_probs(row_logits, row.sampling).double().cpu().numpy(), _seed(row.sampling), row.position)
+            verify_coupled(row.drafts, target_probs(row_logits, row.sampling).double().cpu().numpy(), row.sampling.resolved_seed, row.position)
             for row, row_logits in zip(rows, logits)
         ]
     if mode is Mode.GREEDY:
@@ -365,6 +358,6 @@ def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tup
                 raise ValueError("an exact-mode row without q")  # session.py checks every exact block has it
             for i, (ids, probs) in enumerate(row.q):
                 q[b, i, torch.tensor(ids, dtype=torch.long)] = torch.tensor(probs, dtype=torch.float64)
-    generators = [round_generator(_seed(row.sampling), row.round_no) for row in rows]
+    generators = [round_generator(row.sampling.resolved_seed, row.round_no) for row in rows]
     counts, tokens = verify_sampling(drafts, q, p, num_drafts, generators)
     return list(zip(counts.tolist(), tokens.tolist()))

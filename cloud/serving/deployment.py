@@ -193,9 +193,10 @@ class VerifierDeployment:
     async def _round(self, session: SessionState, draft: pb.Draft):
         ledger = self.ledger
         started = ledger.clock()
-        message, last = codec.draft_from_proto(draft, self.config.max_q_entries), session.last_verdict
+        message, last, last_block = codec.draft_from_proto(draft, self.config.max_q_entries), session.last_verdict, session.last_block
         started = ledger.add("decode", started)
-        if not message.ahead and last is not None and message.round_no == last.round_no and message.tokens == session.last_block.tokens:
+        if (not message.ahead and last is not None and last_block is not None and message.round_no == last.round_no
+                and message.tokens == last_block.tokens):
             return last  # a retried round: same drafts, same (already committed) verdict
         block = check_draft(session, message.round_no, message.tokens, message.q, ahead=message.ahead,
                             assumed_token=message.assumed_token, parents=message.parents)
@@ -237,7 +238,9 @@ class VerifierDeployment:
         place = None
         try:
             with self.pending.waiting(key) if first else contextlib.nullcontext() as place:
-                async with asyncio.timeout(timeout) as deadline:
+                # NOTE: Python 3.11+ (the verifier's floor; the device SDK's is 3.10): an
+                # asyncio.Timeout, unlike wait_for, can be moved to now when the place is shed.
+                async with asyncio.timeout(timeout) as deadline:  # pyright: ignore[reportAttributeAccessIssue]
                     if place is not None:
                         place.deadline = deadline  # shedding it for a newer stream moves this to now
                     return await requests.__anext__()
@@ -331,9 +334,10 @@ class VerifierDeployment:
             raise self._fail(grpc_context, grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}; known: {known}")
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
-    async def List(self, request, grpc_context=None) -> health_pb2.HealthListResponse:
+    # (the List messages are newer than grpcio-health-checking's type stubs, as in servicers.py)
+    async def List(self, request, grpc_context=None) -> health_pb2.HealthListResponse:  # pyright: ignore[reportAttributeAccessIssue]
         serving = health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
-        return health_pb2.HealthListResponse(statuses={"": serving, SPECULATIVE_SERVICE: serving})
+        return health_pb2.HealthListResponse(statuses={"": serving, SPECULATIVE_SERVICE: serving})  # pyright: ignore[reportAttributeAccessIssue]
 
     async def Watch(self, request, grpc_context=None):
         # A replica that answers is serving; the stream ends rather than hold a request slot.
@@ -356,7 +360,8 @@ class VerifierDeployment:
                 yield request
 
         try:
-            async for response in self._reflection.ServerReflectionInfo(checked(), grpc_context):
+            # (an async generator; typeshed's grpcio-reflection stub declares it a coroutine)
+            async for response in self._reflection.ServerReflectionInfo(checked(), grpc_context):  # pyright: ignore[reportGeneralTypeIssues]
                 yield response
         except ServerError as exc:
             raise self._status(grpc_context, exc, "reflection", key) from None

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, TypeGuard
 
 import grpc
 
-from edgespec.edge.errors import DRAINING_MESSAGE, status_error
+from edgespec.edge.errors import DRAINING_MESSAGE, ServerError, status_error
 
 log = logging.getLogger("ray.serve")
 
@@ -45,15 +45,16 @@ def serve_replica_stopping() -> bool | None:
     return flag if isinstance(flag, bool) else None
 
 
-def draining_error() -> Exception:
+def draining_error() -> ServerError:
     """The UNAVAILABLE that ends a moved session's stream, or refuses an Open while draining."""
     error = status_error(grpc.StatusCode.UNAVAILABLE, DRAINING_MESSAGE)
     error.draining = True
     return error
 
 
-def is_draining_error(exc: BaseException) -> bool:
-    return getattr(exc, "draining", False) is True
+def is_draining_error(exc: BaseException) -> TypeGuard[ServerError]:
+    """Whether ``exc`` is ``draining_error()``'s kind (only a ServerError is ever marked draining)."""
+    return isinstance(exc, ServerError) and exc.draining is True
 
 
 class DrainWatch:

@@ -90,3 +90,11 @@ def test_the_draft_samples_at_its_own_temperature():
     assert GenerationParams(temperature=0.5, draft_temperature=0.2).draft_sampling.temperature == 0.2
     assert GenerationParams(temperature=0.5, draft_temperature=0.2).sampling.temperature == 0.5  # p is untouched
     assert GenerationParams().draft_sampling.is_greedy
+
+
+def test_the_resolved_seed_and_mode_are_what_construction_chose():
+    assert SamplingParams().resolved_seed == 0  # greedy: no draws
+    sampled = GenerationParams(temperature=0.8)
+    assert sampled.resolved_seed == sampled.seed and 0 <= sampled.resolved_seed < 2**63
+    assert sampled.resolved_mode is Mode.COUPLED and GenerationParams(mode="exact", temperature=1.0).resolved_mode is Mode.EXACT
+    assert GenerationParams().resolved_mode is Mode.GREEDY

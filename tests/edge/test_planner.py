@@ -301,3 +301,8 @@ def test_an_unpromising_draft_rests_over_the_stream_and_comes_back_when_it_turns
     back = stream(1024, lambda i: i % 5 != 4)  # the text turned easy: 0.8 a position
     assert back is not None and back <= Planner.SHADOW_PERIOD + 64  # at the next look, and soon after
     assert planner.first_path(128) is Path.SPECULATIVE
+
+
+def test_whether_speculation_wins_is_a_clear_error_before_anything_is_measured():
+    with pytest.raises(ValueError, match="round trip"):
+        Planner().speculation_wins_at(0.9)

@@ -121,6 +121,46 @@ def test_a_timeout_becomes_a_request_timeout_error():
         retries.decide(asyncio.TimeoutError())
 
 
+def test_a_message_timeout_is_retried_on_every_python():
+    # asyncio.wait_for raises asyncio.TimeoutError, which is a TimeoutError only from 3.11.
+    assert is_retryable(asyncio.TimeoutError())
+    assert Retries(max_retries=1, timeout=1.0).decide(asyncio.TimeoutError()).cause == "failure"
+
+
+class EndlessCall(EchoCall):
+    """A call whose server keeps answering after Close and never ends the stream."""
+
+    def __init__(self):
+        super().__init__()
+        self.cancelled = False
+
+    async def done_writing(self):
+        pass
+
+    async def read(self):
+        await asyncio.sleep(0.02)
+        return pb.SessionResponse()
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def test_a_polite_close_reads_for_at_most_the_timeout_then_cancels_the_call():
+    call = EndlessCall()
+    stream = SessionStream(call, 0.2, RequestStats())
+
+    async def close():
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await stream.close(pb.SessionRequest(close=pb.Close()))
+        assert stream.closing is not None
+        await stream.closing  # the drain's timeout is swallowed: the session already ended
+        return loop.time() - started
+
+    elapsed = asyncio.run(close())
+    assert 0.15 <= elapsed < 1.0 and call.cancelled
+
+
 def test_backoff_grows_and_is_capped():
     assert all(0.1 <= backoff_s(1) <= 0.2 for _ in range(20))
     assert all(backoff_s(10, cap=5.0) <= 5.0 for _ in range(20))
