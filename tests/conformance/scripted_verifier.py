@@ -118,6 +118,27 @@ class StreamState:
         self.answers = 0
 
 
+def let_the_first_block_land(requests, wait_s: float = 0.5) -> None:
+    """Waits (at most ``wait_s``) for the block a client may send right behind its Open.
+
+    A refusal must reach the client as the code it was refused with. If the stream closes while
+    the client's write of that first block is still in flight, gRPC's client libraries may
+    report the write's failure (INTERNAL, which is retryable) instead of the server's status,
+    and the kit would then fault a client for retrying what it was never told. Reading the block
+    first keeps the scenario about the client's retry decision, not about that race."""
+    landed = threading.Event()
+
+    def read() -> None:
+        try:
+            next(requests, None)
+        except Exception:  # the client went away: nothing to wait for
+            pass
+        landed.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    landed.wait(wait_s)
+
+
 class ScriptedVerifier(pb_grpc.SpeculativeServicer):
     def __init__(self, fingerprint: str, vocab_size: int, on_change=None):
         self.fingerprint, self.vocab_size, self.on_change = fingerprint, vocab_size, on_change
@@ -136,7 +157,7 @@ class ScriptedVerifier(pb_grpc.SpeculativeServicer):
 
     # ---- opening: every stream must resume from what was committed --------------------------
 
-    def _begin(self, context, prompt_ids, first_round, max_new_tokens, stop_ids, fingerprint):
+    def _begin(self, context, prompt_ids, first_round, max_new_tokens, stop_ids, fingerprint, before_refusal=None):
         number = prompt_ids[0] if prompt_ids else 0
         if not 1 <= number <= len(SCENARIOS):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"prompt_ids[0] must name a scenario (1..{len(SCENARIOS)})")
@@ -163,6 +184,8 @@ class ScriptedVerifier(pb_grpc.SpeculativeServicer):
         if scenario.refuse and record.refusals == 0:
             record.refusals += 1
             self._changed()
+            if before_refusal is not None:
+                before_refusal()
             context.abort(grpc.StatusCode[scenario.refuse], f"scripted refusal: {scenario.refuse}")
         record.streams += 1
         return scenario, record
@@ -177,7 +200,7 @@ class ScriptedVerifier(pb_grpc.SpeculativeServicer):
         if o.mode != pb.VERIFY_MODE_GREEDY:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the scripted verifier serves greedy sessions only")
         scenario, record = self._begin(context, o.prompt_ids, o.first_round, o.max_new_tokens, o.stop_token_ids,
-                                       o.tokenizer_fingerprint)
+                                       o.tokenizer_fingerprint, before_refusal=lambda: let_the_first_block_land(requests))
         stream_index = record.streams
         yield pb.SessionResponse(opened=pb.Opened(session_id=f"{scenario.name}-{stream_index}", max_k=MAX_K,
                                                   max_context=MAX_CONTEXT, max_new_tokens=o.max_new_tokens,
