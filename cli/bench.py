@@ -11,6 +11,7 @@
     edgespec bench spread --target DIR --draft DIR --prompts FILE --replicas 2 --sessions 16
     edgespec bench overhead --sessions 64 [--rounds 60]
     edgespec bench sampling --target DIR --draft DIR --prompts FILE --held-out FILE --temperatures 0.3,0.6,0.8,1.0,1.2
+    edgespec bench planner --target DIR --draft DIR --prompts FILE --link wifi,4g [--load 2] [--temperature 0.8]
 
 Each mode takes only its own flags (``edgespec bench MODE --help``). The modes that can measure
 an existing deployment take --server HOST:PORT (its target must be the one --target names) with
@@ -43,6 +44,7 @@ MODES = {
     "spread": "sessions per replica and batch sizes with several replicas",
     "overhead": "the replica's CPU per verify message by phase (a featherweight target)",
     "sampling": "exact sampling per temperature, and lookup-only vs model + lookup vs model-only drafts",
+    "planner": "k=auto against cloud-only and always speculating, per link, arms rotated prompt by prompt",
 }
 SERVER_HELP = "measure an existing deployment at HOST:PORT (default: start a local Ray Serve)"
 
@@ -177,6 +179,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _max_new_tokens(sampling)
 
 
+    planner = modes["planner"]
+    _pair(planner)
+    add_connection(planner, server_help=SERVER_HELP, required=False)
+    _links(planner, "loopback,lan,wifi,5g,4g,satellite")
+    _max_new_tokens(planner, default=128)
+    planner.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: sampled requests, with a k=4 arm")
+    planner.add_argument("--load", type=int, default=0, help="busy processes loading the cores for the whole run (default 0)")
+
+
 def _register_connection(args: argparse.Namespace) -> None:
     """The key and TLS of --server, for every client the mode opens (cloud/bench/connection.py)."""
     if getattr(args, "server", None) is None:
@@ -223,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
         return _sampling(args, prompts, held_out, out, progress)
     if args.what == "spread":
         return _spread(args, prompts, out, progress)
+    if args.what == "planner":
+        return _planner(args, prompts, out, progress)
     if args.what == "device-server":
         import json
 
@@ -358,6 +371,25 @@ def _links_mode(args, prompts, out, progress) -> int:
     print(f"\nlinks report in {out}: links.md, links.json, calibration.json and plots")
     for line in summary_lines(report):
         print(f"  {line}")
+    return 0
+
+
+def _planner(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.planner_check import PlannerCheckConfig, row_line, run_planner_check, write_report
+
+    try:
+        config = PlannerCheckConfig(
+            target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.links.split(",")),
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, load=args.load, server=args.server, seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"edgespec bench planner: {exc}", file=sys.stderr)
+        return 2
+    report = run_planner_check(config, progress)
+    write_report(report, out)
+    print(f"\nplanner check in {out}: planner.md, planner.json")
+    for row in report["profiles"]:
+        print(f"  {row_line(row)}")
     return 0
 
 

@@ -238,10 +238,11 @@ class Generation:
         probe = asyncio.create_task(self._probe_rtt(self.rtt_probe)) if auto and self.rtt_probe else None
         shadow = self._shadow() if auto else None
         try:
-            first_at, since_first = None, 0
+            first_at, since_first, called = None, 0, self.clock()
             async for tokens, finish in generate_tokens(self.stub, session.generate(), self.timeout, stats):
                 if first_at is None:
                     first_at = self.clock()
+                    planner.record_first_token((first_at - called) * 1000)
                 else:
                     since_first += len(tokens)
                     planner.record_cloud_rate((self.clock() - first_at) * 1000, since_first)

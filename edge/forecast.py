@@ -23,7 +23,9 @@ class Forecast:
     DEVICE_MS = (1.5, 0.25)  # a round's device time before any is measured: base + per draft
     PREFILL_FORWARDS = 4  # the replica's prefill in verify forwards, until a first round measures it
     REST_CHANCE = 0.01  # below this chance that the draft can win, the shadow rests (looks now and then)...
-    REST_DRAFTS = 12  # ...once this many drafts were observed (two rejections in a row are no verdict)
+    REST_DRAFTS = 12  # ...once this many drafts were observed (two rejections in a row are no verdict)...
+    REST_COST = 0.02  # ...and where running over every streamed token costs more than this share of it
+    # (a draft that cheap keeps watching: a hard passage ends, and the shadow sees when)
     LEARN_DRAFTS = 48  # drafts observed before the shadow's cost is bounded by...
     SHADOW_SHARE = 0.03  # the shadow's device time, at most this share of the stream's time...
     SHADOW_PERIOD = 256  # ...and while the draft is unpromising: streamed tokens per look...
@@ -215,14 +217,16 @@ class Forecast:
         """The share of streamed tokens the shadow runs over (looks included): all of them while
         the draft is little known (fewer than ``LEARN_DRAFTS`` observed) or while that costs
         under ``SHADOW_SHARE`` of the stream's time, else that share; while the draft can
-        hardly win (below ``REST_CHANCE``, ``REST_DRAFTS`` observed) at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``."""
+        hardly win (below ``REST_CHANCE``, ``REST_DRAFTS`` observed) and watching costs over
+        ``REST_COST`` of the stream, at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``."""
         share = 1.0
         stream_ms = stream_ms or self.est.cloud_ms_per_token or self.est.decode_ms
         shadow_ms = self.est.shadow_ms.value
         if shadow_ms and stream_ms and self.drafts_observed() >= self.LEARN_DRAFTS:
             share = min(1.0, self.SHADOW_SHARE * stream_ms / shadow_ms)
         chance = self.chance_to_win()
-        if chance is not None and chance < self.REST_CHANCE and self.drafts_observed() >= self.REST_DRAFTS:
+        costly = not (shadow_ms and stream_ms) or shadow_ms > self.REST_COST * stream_ms
+        if costly and chance is not None and chance < self.REST_CHANCE and self.drafts_observed() >= self.REST_DRAFTS:
             share = min(share, (self.SHADOW_LOOK + self.SHADOW_CONTEXT) / self.SHADOW_PERIOD)
         return share
 

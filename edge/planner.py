@@ -56,7 +56,8 @@ stays current and speculation comes back when it pays. The shadow's cost is boun
 (``shadow_share``, ``shadow_wanted``): it runs over the whole stream while the draft is little
 known (``LEARN_DRAFTS``) or while that costs under ``SHADOW_SHARE`` of the stream's time, else
 over looks of ``SHADOW_LOOK`` tokens spaced to keep that share; once the draft can hardly win
-(``REST_CHANCE``, on ``REST_DRAFTS`` observed: two rejections are no verdict) over at most 1/8
+(``REST_CHANCE``, on ``REST_DRAFTS`` observed: two rejections are no verdict), unless watching
+every token costs under ``REST_COST`` of the stream (a hard passage ends), over at most 1/8
 of the stream (``SHADOW_LOOK`` of every ``SHADOW_PERIOD``, from ``SHADOW_CONTEXT`` tokens of
 context).
 
@@ -221,6 +222,17 @@ class Planner(Forecast):
         pending = self._replay.restart()
         if pending is not None:
             self.est.acceptance.add_counts(pending[0], pending[1])
+            self._changed()
+
+    def record_first_token(self, ms: float) -> None:
+        """A Generate stream's first token came ``ms`` after the call: beyond a round trip and a
+        decoding step, the replica's prefill of the context, which a switch pays again (so the
+        way back to speculation is priced from what this link and replica measured, not from a
+        guess in forwards)."""
+        est = self.est
+        rtt, step = est.rtt_ms.value, est.decode_ms or est.forward_ms.value
+        if rtt is not None and step is not None and ms > 0:
+            est.prefill_ms.add(max(ms - rtt - step, 0.0))
             self._changed()
 
     def record_decode(self, ms: float) -> None:

@@ -4,7 +4,8 @@ What the draft would have proposed at each streamed token tells the planner the 
 round speculation would commit here (greedy: ``Planner.record_shadow``, hits; sampled:
 ``Planner.record_shadow_sampled``, the chance each streamed token would have been accepted), and
 its time on the draft thread is the shadow's own cost; the draft's cache keeps in step with the
-stream. While the planner judges the draft unpromising it rests
+stream. A generation that starts cloud-only has the draft read the prompt first (one batched
+forward, as a speculative start does). While the planner judges the draft unpromising it rests
 (``Planner.shadow_wanted``) and a look starts it from the last ``SHADOW_CONTEXT`` tokens; the
 next speculative segment resets it. Everything it needs is passed in: it never reads the run.
 """
@@ -35,34 +36,40 @@ class Shadow:
         self.sampling = sampling if sampling is not None and not sampling.is_greedy else None
         self.lookup_weight = lookup_weight
         self.pending: asyncio.Future | None = None
-        self.resting = False  # the planner has had the draft skip streamed tokens
         self.synced = drafter.tokens[: len(committed)] == committed
+        # Context a look re-reads before the streamed tokens when the draft is out of step: all
+        # of it at the start (a generation that starts cloud-only: the draft has not read the
+        # prompt), the last SHADOW_CONTEXT tokens after a rest; None: fell behind for good.
+        self.reread: int | None = None if self.synced else 0
         if self.synced:
             drafter.rollback_to(len(committed))
 
     def observe(self, tokens: list[int], committed: list[int], max_context: int) -> None:
         """``tokens`` were just streamed and committed (``committed`` ends with them)."""
         if len(committed) + 1 >= max_context:
-            self.synced = False  # the draft falls behind; the next speculative segment resets it
+            self.synced, self.reread = False, None  # the draft falls behind; the next speculative segment resets it
             return
         if not self.planner.shadow_wanted(len(tokens)):
-            self.synced, self.resting = False, True
+            self.synced, self.reread = False, SHADOW_CONTEXT
             return
         context = None
         if not self.synced:
-            if not self.resting:
+            if self.reread is None:
                 return  # fell behind: the next speculative segment resets it
-            context = committed[-len(tokens) - SHADOW_CONTEXT : -len(tokens)]  # a look after a rest
-            self.synced, self.resting = True, False
+            before = committed[: -len(tokens)]
+            context = before[-self.reread :] if self.reread else before  # (the draft reads it in one batched forward)
+            self.synced, self.reread = True, None
         k = self.block_k()
         # One draft thread: observations run in the order the tokens came.
         future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, list(tokens))
 
         def done(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
-                self.synced = False
+                self.synced, self.reread = False, None
                 return
             seen, draft_ms = f.result()
+            if context is not None:
+                draft_ms = None  # (it re-read the context too: a one-off, not the shadow's cost per token)
             if self.sampling is None:
                 self.planner.record_shadow([p == t for p, t in zip(seen, tokens)], k, draft_ms=draft_ms)
             else:

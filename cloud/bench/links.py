@@ -32,7 +32,7 @@ from typing import Callable
 
 from edgespec.cloud.bench.replay import measure_replay
 from edgespec.cloud.bench.simcheck import calibrate_link, calibrate_replica, check_profile
-from edgespec.cloud.bench.harness import Harness, Summary, shown
+from edgespec.cloud.bench.harness import Harness, Summary, shown, switch_log
 from edgespec.cloud.bench.ingress import raw_rounds
 from edgespec.cloud.link.profiles import get_profile
 from edgespec.cloud.simulate import sweeps
@@ -196,13 +196,6 @@ def _profile_row(harness: Harness, config: LinksConfig, profile, calibrations, i
         f"tree gain {row['tree_gain']:.2f}x, capacity {row['capacity_ratio']:.2f}x"
     )
     return row
-
-
-def switch_log(result) -> list[dict]:
-    """The planner's decisions of one request, as dicts (``planner.Switch``): from the result's
-    stats when they carry them (``switch_log``), else none."""
-    log = getattr(getattr(result, "stats", None), "switch_log", None) or getattr(result, "switch_log", None) or []
-    return [entry.to_dict() if hasattr(entry, "to_dict") else dict(entry) for entry in log]
 
 
 def decision_text(d: dict) -> str:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgespec.cloud.bench.harness import Harness, Summary
+from edgespec.cloud.bench.harness import Harness, Summary, switch_log
 
 DRAFTERS = {"lookup only": {"lookup": "only"}, "model + lookup": {"lookup": True}, "model only": {"lookup": False}}
 
@@ -55,6 +55,7 @@ def arm_row(label: str, params: dict, results: list, cloud: Summary) -> dict:
         "speedup": cloud.ms_per_token / summary.ms_per_token if summary.ms_per_token else 0.0,
         "cloud_only_share": cloud_tokens / generated if generated else 0.0,
         "speculative": summary.to_dict(),
+        "switch_logs": [switch_log(result) for result in results],  # k=auto's decisions, per prompt
     }
 
 

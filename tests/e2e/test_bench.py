@@ -79,3 +79,16 @@ def test_bench_links(server, prompt_file, tmp_path):
     assert json.loads((out / "calibration.json").read_text())["draft_ms_per_token"] > 0
     text = (out / "links.md").read_text()
     assert "Simulator vs emulator" in text and "Where a round's time goes" in text
+
+
+def test_bench_planner(server, prompt_file, tmp_path):
+    """k=auto against cloud-only and the always-speculating arms, on the same prompts, with the
+    switch log of each k=auto request."""
+    out = tmp_path / "planner"
+    assert bench_cli.run(bench_args(server, prompt_file, out, "planner", "--link", "loopback", "--max-new-tokens", "16")) == 0
+    data = json.loads((out / "planner.json").read_text())
+    (row,) = data["profiles"]
+    assert row["profile"] == "loopback" and set(row["always_ms"]) == {"always, adaptive k", "always, adaptive k + send-ahead"}
+    assert row["cloud_only_ms"] > 0 and row["auto_ms"] > 0 and row["auto_over_best"] > 0
+    assert len(row["switch_logs"]) == 2 and all(log and log[0]["from_path"] is None for log in row["switch_logs"])
+    assert "k=auto / faster" in (out / "planner.md").read_text()

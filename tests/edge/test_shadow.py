@@ -34,15 +34,20 @@ class CountingDraft:
         return predicted
 
 
-def streamed(planner: Planner, tokens: list[int]) -> SimpleNamespace:
-    """A cloud-only segment delivering ``tokens`` one at a time to a Shadow, as the driver does."""
+def streamed(planner: Planner, tokens: list[int], draft_ms: float = 1.0) -> SimpleNamespace:
+    """A cloud-only segment delivering ``tokens`` one at a time to a Shadow, as the driver does;
+    each look takes ``draft_ms`` on the scripted clock (a draft whose watching costs 7% of a
+    14 ms stream: it rests while unpromising)."""
     prompt = [1, 2, 3]
     run = SimpleNamespace(draft=CountingDraft(prompt), committed=list(prompt))
     policy = FixedK(4)
+    ticks = iter(range(0, 10**9))
+    clock = lambda: next(ticks) * draft_ms / 1000  # noqa: E731 (two reads a look: its start and its end)
 
     async def go():
         with ThreadPoolExecutor(1) as draft_thread:
-            shadow = Shadow(run.draft, draft_thread, planner, run.committed, block_k=lambda: policy.next_k(8), lookup=None)
+            shadow = Shadow(run.draft, draft_thread, planner, run.committed, block_k=lambda: policy.next_k(8), lookup=None,
+                            clock=clock)
             for token in tokens:
                 run.committed.append(token)
                 shadow.observe([token], run.committed, 4096)
@@ -82,11 +87,21 @@ def test_an_unpromising_draft_runs_over_a_bounded_share_of_the_stream():
     assert planner.unpromising()
 
 
+def test_a_draft_cheap_to_watch_keeps_watching_a_hard_passage():
+    """Where running over every streamed token costs under ``REST_COST`` of the stream, an
+    unpromising draft does not rest: a hard passage ends, and the shadow sees it end."""
+    planner = unpromising_planner()
+    tokens = [(7 * i) % 101 for i in range(512)]
+    run = streamed(planner, tokens, draft_ms=0.1)
+    assert run.draft.run_over == len(tokens)  # every one of them
+    assert planner.unpromising()
+
+
 def test_a_look_that_finds_the_draft_good_resumes_the_whole_shadow():
     planner = unpromising_planner()
     bad = 2 * Planner.SHADOW_PERIOD
     tokens = [(7 * i) % 101 for i in range(bad)] + list(range(200, 200 + 3 * Planner.SHADOW_PERIOD))  # then it predicts all
-    run = streamed(planner, tokens)
+    run = streamed(planner, tokens, draft_ms=0.35)  # rests (over 2% of the 14 ms stream), whole under 3%
     # A look or two over the good text outweigh the rejections in the window, and from then on
     # the shadow runs over every token again.
     assert run.draft.run_over >= len(tokens) - bad - 2 * Planner.SHADOW_PERIOD
@@ -152,3 +167,29 @@ def test_the_draft_models_chance_is_q_of_the_streamed_token(tiny_pair):
     chances = draft.observe_chances(streamed_ids, sampling=sampling)
     assert np.allclose(chances, expected, rtol=1e-4, atol=1e-6)
     assert draft.tokens == prompt + streamed_ids
+
+
+def test_a_generation_that_starts_cloud_only_has_the_draft_read_the_prompt_first():
+    """The draft has not read this prompt (another request's context): the first look re-reads
+    the whole context in one go, then the shadow follows every streamed token."""
+    run = SimpleNamespace(draft=CountingDraft([9, 9]), committed=[1, 2, 3])
+    hits = []
+
+    class Recording(Planner):
+        def record_shadow(self, seen, k=None, *, draft_ms=None):
+            hits.extend(seen)
+
+    planner = Recording()
+
+    async def go():
+        with ThreadPoolExecutor(1) as draft_thread:
+            shadow = Shadow(run.draft, draft_thread, planner, run.committed, block_k=lambda: 4, lookup=None)
+            for token in (4, 5, 6):
+                run.committed.append(token)
+                shadow.observe([token], run.committed, 4096)
+                await asyncio.gather(shadow.pending)
+            await shadow.finish(run.committed)
+
+    asyncio.run(go())
+    assert run.draft.tokens == run.committed and run.draft.run_over == 3 + 3
+    assert hits == [True, True, True]  # 4, 5 and 6 each predicted from the context before it

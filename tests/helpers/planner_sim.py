@@ -166,6 +166,7 @@ class Sim:
     def _cloud(self, run: Run, policy: AdaptiveK, max_new: int, base: int) -> None:
         world, planner = self.world, self.planner
         rtt = world.rtt_ms(self.position)
+        called = self.now
         self.now += rtt + world.prefill_ms  # the Generate and its first token
         first_at, since_first, next_probe = None, 0, self.now + world.probe_interval_ms
         while len(run.tokens) < max_new:
@@ -173,6 +174,7 @@ class Sim:
             position = self.position
             if first_at is None:
                 first_at = self.now
+                planner.record_first_token(first_at - called)
             else:
                 since_first += 1
                 planner.record_cloud_rate(self.now - first_at, since_first)
