@@ -46,7 +46,7 @@ from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import (
-    Draws, SparseDist, mix_point_mass, point_mass, probs_from_logits, round_rng, sample, truncate_top_n,
+    Draws, PositionDraws, SparseDist, mix_point_mass, point_mass, probs_from_logits, round_rng, sample, truncate_top_n,
 )
 from edgespec.edge.tokenizer import fingerprint, is_current_scheme, legacy_fingerprint, load_tokenizer
 
@@ -283,10 +283,17 @@ class DraftModel:
         return predicted
 
     def observe_chances(self, token_ids: Sequence[int], *, sampling: SamplingParams, lookup: LookupConfig | None = None,
-                        lookup_weight: float = 1.0) -> list[float]:
+                        lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0) -> list[float]:
         """Sampled: appends streamed tokens (as ``observe``) and returns, per token, the chance a
-        draft there would have been accepted, estimated as q(token) under the draft's sampling
-        distribution (mixed with the lookup's point mass where it has a guess)."""
+        draft there would have been accepted.
+
+        Coupled mode (``draws``, the request's position draws): exactly 1 or 0. The streamed
+        token y at position P is the target's t_P = argmax p/E_P, and a draft there is accepted
+        iff it equals t_P; the draft's would have been argmax q/E_P with the same E_P, so the
+        device knows: 1 iff its coupled draft from q (as ``propose`` forms q: lookup and top_n
+        included) is y. Otherwise: q(y) under the draft's sampling distribution (mixed with the
+        lookup's point mass), whose mean over y ~ p is token-only verification's acceptance (a
+        lower bound of exact mode's)."""
         new = self._checked_ids(token_ids, "token_ids")
         if not new:
             return []
@@ -294,8 +301,16 @@ class DraftModel:
         chances = []
         for i, token in enumerate(new):
             guess = lookup_next(self.tokens, lookup) if lookup is not None else None
-            q = float(probs_from_logits(logits[offset + i], sampling)[token])
-            chances.append(q if guess is None else lookup_weight * (guess == token) + (1.0 - lookup_weight) * q)
+            if draws is not None:
+                if guess is not None and lookup_weight == 1.0:
+                    dist = point_mass(guess)
+                else:
+                    dist = truncate_top_n(probs_from_logits(logits[offset + i], sampling), top_n)
+                    dist = dist if guess is None else mix_point_mass(dist, guess, lookup_weight, top_n)
+                chances.append(1.0 if draws.sample(dist, len(self.tokens)) == token else 0.0)
+            else:
+                q = float(probs_from_logits(logits[offset + i], sampling)[token])
+                chances.append(q if guess is None else lookup_weight * (guess == token) + (1.0 - lookup_weight) * q)
             self.tokens.append(token)
         return chances
 

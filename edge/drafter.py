@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.manifest import DraftManifest
 from edgespec.edge.params import SamplingParams
-from edgespec.edge.sampling import Draws, SparseDist
+from edgespec.edge.sampling import Draws, PositionDraws, SparseDist
 
 
 @dataclass
@@ -66,4 +66,4 @@ class Drafter(Protocol):
     def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]: ...
 
     def observe_chances(self, token_ids: Sequence[int], *, sampling: SamplingParams, lookup: LookupConfig | None = None,
-                        lookup_weight: float = 1.0) -> list[float]: ...
+                        lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0) -> list[float]: ...

@@ -44,6 +44,7 @@ from edgespec.edge.planner import Path as Route  # the planner's Path, named apa
 from edgespec.edge.planner import Planner
 from edgespec.edge.policies import Policies, RoundTiming
 from edgespec.edge.protocol import Block, ClientSession, Kind, Outcome
+from edgespec.edge.sampling import PositionDraws
 from edgespec.edge.shadow import Shadow
 from edgespec.edge.stats import RequestStats
 from edgespec.edge.transport import ReplicaMoved, Retries, SessionStream, StreamEnded, Stub, generate_tokens
@@ -267,9 +268,11 @@ class Generation:
     def _shadow(self) -> Shadow:
         max_k = self.info.max_k
         settings = self.drafting.settings
+        draws = PositionDraws(self.drafting.seed) if self.drafting.coupled and settings.sampling is not None else None
         return Shadow(self.drafter, self.draft_thread, self.policies.planner, self.session.committed,
                       block_k=lambda: self.policies.block_k(max_k), lookup=settings.lookup,
-                      sampling=settings.sampling, lookup_weight=settings.lookup_weight, clock=self.clock)
+                      sampling=settings.sampling, lookup_weight=settings.lookup_weight, draws=draws,
+                      top_n=settings.top_n, clock=self.clock)
 
     async def _probe_rtt(self, rtt_probe: Callable[[], Awaitable[float]]) -> None:
         while True:

@@ -23,7 +23,7 @@ from edgespec.edge.draft import checked_token_ids
 from edgespec.edge.drafter import Drafter, Proposal
 from edgespec.edge.lookup import LookupConfig, lookup_next
 from edgespec.edge.params import SamplingParams
-from edgespec.edge.sampling import Draws, SparseDist, point_mass, sample
+from edgespec.edge.sampling import Draws, PositionDraws, SparseDist, point_mass, sample
 
 BIGRAM = LookupConfig(max_n=1, min_n=1)  # the fallback: what followed the last token before
 
@@ -106,7 +106,8 @@ class LookupDraft:
         return predicted
 
     def observe_chances(self, token_ids: Sequence[int], *, sampling: SamplingParams, lookup: LookupConfig | None = None,
-                        lookup_weight: float = 1.0) -> list[float]:
+                        lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0) -> list[float]:
         """Sampled: appends streamed tokens; per token, the chance a draft there would have been
-        accepted. A point mass on the guess is accepted exactly when the target's sample is it."""
+        accepted. A point mass on the guess is accepted exactly when the target's sample is it
+        (in every mode: a point mass is drawn without ``draws``)."""
         return [1.0 if guess == token else 0.0 for guess, token in zip(self.observe(token_ids, lookup), token_ids)]

@@ -39,18 +39,22 @@ round replayed over a stream) is evidence on the per-position acceptance a; with
 prior, a | rounds ~ Beta(1/2 + accepted, 1/2 + rejected). The break-even a* is the least
 acceptance at which speculation (at its best k, geometric acceptance, the cost model above)
 beats the stream; ``chance_to_win`` = P(a >= a*). Below ``WIN_CHANCE`` speculation is left
-from the segment's second round on (the first one rides with the Open and costs what a
-stream's first token does), and a generation starts cloud-only. A good draft whose first
+on the segment's second or third round (the first one rides with the Open and costs what a
+stream's first token does; from ``MIN_ROUNDS`` on the segment's measured rate decides, with
+the forecast: a posterior over the last rounds alone would leave at every hard passage), and
+a generation starts cloud-only. A good draft whose first
 round was unlucky keeps a fair chance (one round that accepts nothing leaves P ~ 0.13 where
 a* ~ 0.6), and if it is left it comes back through the shadow.
 
 Coming back: while streaming cloud-only the device probes the round trip (a cheap Info call)
 and runs its draft over the streamed tokens, the shadow. Greedy, each streamed token is a hit
 or a miss (``record_shadow``); sampled, each streamed token y carries the chance a draft there
-would have been accepted (``record_shadow_sampled``): for a lookup draft x (a point mass) the
-event y == x, whose chance is exactly p(x), the acceptance of a point mass; for a model draft
-q(y), whose mean over y ~ p is sum_x p(x) q(x), the acceptance of token-only verification (a
-lower bound of exact mode's sum_x min(p, q)). Rounds of ``max_k`` drafts are replayed over
+would have been accepted (``record_shadow_sampled``): in coupled mode (the SDK's default for
+sampled requests) exactly 1 or 0, since y is t_P = argmax p/E_P and the device knows E_P: a
+hit iff its own coupled draft argmax q/E_P is y; otherwise, for a lookup draft x (a point mass)
+the event y == x, whose chance is exactly p(x), the acceptance of a point mass; for a model
+draft q(y), whose mean over y ~ p is sum_x p(x) q(x), the acceptance of token-only verification
+(a lower bound of exact mode's sum_x min(p, q)). Rounds of ``max_k`` drafts are replayed over
 them (``acceptance.Replay``) and feed the same acceptance, so the speculative prediction
 stays current and speculation comes back when it pays. The shadow's cost is bounded
 (``shadow_share``, ``shadow_wanted``): it runs over the whole stream while the draft is little
@@ -298,7 +302,7 @@ class Planner(Forecast):
         if current is Path.SPECULATIVE:
             if self._segment_rounds >= 2 and self.hopeless():
                 return bool(self._decide(at, current, other, forecast, cloud, "hopeless: not even an always-right draft wins"))
-            if self._segment_rounds >= 2 and self.unpromising():
+            if 2 <= self._segment_rounds < self.MIN_ROUNDS and self.unpromising():  # (later: its measured rate decides)
                 if remaining * (forecast - cloud) > 2 * self.switch_cost_ms():
                     return bool(self._decide(at, current, other, forecast, cloud, f"unpromising: P(win) {self.chance_to_win():.2f}"))
                 return False

@@ -20,6 +20,7 @@ from typing import Callable
 from edgespec.edge.drafter import Drafter
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.params import SamplingParams
+from edgespec.edge.sampling import PositionDraws
 from edgespec.edge.planner import Planner
 
 SHADOW_CONTEXT = 16  # tokens of recent context the shadow re-reads when a look follows a rest
@@ -30,11 +31,12 @@ class Shadow:
 
     def __init__(self, drafter: Drafter, draft_thread: Executor, planner: Planner, committed: list[int], *,
                  block_k: Callable[[], int], lookup: LookupConfig | None, sampling: SamplingParams | None = None,
-                 lookup_weight: float = 1.0, clock: Callable[[], float] = time.perf_counter):
+                 lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0,
+                 clock: Callable[[], float] = time.perf_counter):
         self.drafter, self.draft_thread, self.planner = drafter, draft_thread, planner
         self.block_k, self.lookup, self.clock = block_k, lookup, clock
         self.sampling = sampling if sampling is not None and not sampling.is_greedy else None
-        self.lookup_weight = lookup_weight
+        self.lookup_weight, self.draws, self.top_n = lookup_weight, draws, top_n  # coupled: exact hits (``observe_chances``)
         self.pending: asyncio.Future | None = None
         self.synced = drafter.tokens[: len(committed)] == committed
         # Context a look re-reads before the streamed tokens when the draft is out of step: all
@@ -87,7 +89,7 @@ class Shadow:
             seen: list = self.drafter.observe(tokens, self.lookup)
         else:
             seen = self.drafter.observe_chances(tokens, sampling=self.sampling, lookup=self.lookup,
-                                                lookup_weight=self.lookup_weight)
+                                                lookup_weight=self.lookup_weight, draws=self.draws, top_n=self.top_n)
         return seen, (self.clock() - started) * 1000
 
     async def finish(self, committed: list[int]) -> None:

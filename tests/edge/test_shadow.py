@@ -112,7 +112,8 @@ def test_a_look_that_finds_the_draft_good_resumes_the_whole_shadow():
 class ChanceDraft(CountingDraft):
     """Sampled: gives each streamed token the chance 0.25."""
 
-    def observe_chances(self, token_ids: list[int], *, sampling, lookup=None, lookup_weight: float = 1.0) -> list[float]:
+    def observe_chances(self, token_ids: list[int], *, sampling, lookup=None, lookup_weight: float = 1.0, draws=None,
+                        top_n: int = 0) -> list[float]:
         self.observe(token_ids, lookup)
         return [0.25] * len(token_ids)
 
@@ -167,6 +168,27 @@ def test_the_draft_models_chance_is_q_of_the_streamed_token(tiny_pair):
     chances = draft.observe_chances(streamed_ids, sampling=sampling)
     assert np.allclose(chances, expected, rtol=1e-4, atol=1e-6)
     assert draft.tokens == prompt + streamed_ids
+
+
+def test_coupled_chances_are_exact_hits_of_the_drafts_own_coupled_choice(tiny_pair):
+    """Coupled mode: the chance at a streamed token is 1 iff the draft's coupled token there
+    (argmax q/E_P with the request's draws) is that token, exactly what verification would
+    decide. A stream the draft itself sampled with the same draws scores all ones; the same
+    text scored under other draws is the draft's own guesses under another seed."""
+    from edgespec.edge.draft import DraftModel
+    from edgespec.edge.params import SamplingParams
+    from edgespec.edge.sampling import PositionDraws
+
+    draft = DraftModel(tiny_pair.draft_dir)
+    sampling, prompt = SamplingParams(temperature=0.9, seed=11), [5, 6, 7]
+    draft.reset(prompt)
+    own = draft.propose(24, sampling=sampling, rng=PositionDraws(11)).tokens  # the draft as the target
+    draft.reset(prompt)
+    assert draft.observe_chances(own, sampling=sampling, draws=PositionDraws(11)) == [1.0] * len(own)
+    assert draft.tokens == prompt + own
+    draft.reset(prompt)
+    other = draft.observe_chances(own, sampling=sampling, draws=PositionDraws(12))
+    assert set(other) <= {0.0, 1.0} and sum(other) < len(own)  # other draws: not the same choices
 
 
 def test_a_generation_that_starts_cloud_only_has_the_draft_read_the_prompt_first():
