@@ -115,6 +115,7 @@ def profile_row(harness: Harness, config: PlannerCheckConfig, name: str, progres
         "auto_over_best": best / auto if auto else 0.0,
         "auto_over_cloud": cloud / auto if auto else 0.0,
         "auto_cloud_only_share": rows["auto"]["cloud_only_share"],
+        "cloud_only_ms_by_prompt": measured["cloud_only_by_prompt"],
         "switch_logs": rows["auto"].get("switch_logs", []),
         "arms": measured["arms"],
     }
@@ -155,6 +156,13 @@ def markdown(report: dict) -> str:
     for row in report["profiles"]:
         lines.append(f"| {row['profile']} | {row['cloud_only_ms']:.1f} | {row['always_ms'][row['best_always']]:.1f} ({row['best_always']}) | "
                      f"{row['auto_ms']:.1f} | **{row['auto_over_best']:.2f}x** | {row['auto_over_cloud']:.2f}x | {row['auto_cloud_only_share']:.0%} |")
+    lines += ["", "Per prompt, ms/token (cloud-only / each always-speculating arm / k=auto):", ""]
+    for row in report["profiles"]:
+        arms = {arm["label"]: arm["ms_per_token_by_prompt"] for arm in row["arms"]}
+        always = [label for label in arms if label != "auto"]
+        for i, cloud in enumerate(row["cloud_only_ms_by_prompt"]):
+            cells = " / ".join(f"{arms[label][i]:.1f}" for label in always)
+            lines.append(f"- {row['profile']}, prompt {i + 1}: {cloud:.1f} / {cells} / {arms['auto'][i]:.1f}")
     lines += ["", "k=auto's decisions (each request's start and every switch, with the two predictions, ms/token):", ""]
     for row in report["profiles"]:
         for i, log in enumerate(row["switch_logs"]):

@@ -56,6 +56,7 @@ def arm_row(label: str, params: dict, results: list, cloud: Summary) -> dict:
         "cloud_only_share": cloud_tokens / generated if generated else 0.0,
         "speculative": summary.to_dict(),
         "switch_logs": [switch_log(result) for result in results],  # k=auto's decisions, per prompt
+        "ms_per_token_by_prompt": [1000.0 * r.stats.wall_s / r.stats.generated if r.stats.generated else 0.0 for r in results],
     }
 
 
@@ -82,7 +83,9 @@ def measure_arms(harness: Harness, prompts: list[str], arms: dict[str, dict], cl
         for client in clients.values():
             client.close()
     cloud = Summary.of(results["cloud-only"])
-    return {"cloud_only": cloud.to_dict(), "arms": [arm_row(name, arms[name], results[name], cloud) for name in arms]}
+    by_prompt = [1000.0 * r.stats.wall_s / r.stats.generated if r.stats.generated else 0.0 for r in results["cloud-only"]]
+    return {"cloud_only": cloud.to_dict(), "cloud_only_by_prompt": by_prompt,
+            "arms": [arm_row(name, arms[name], results[name], cloud) for name in arms]}
 
 
 def run_sampling_bench(config: SamplingBenchConfig, progress: Callable[[str], None] = print) -> dict:
