@@ -49,6 +49,7 @@ class Acceptance:
     recent text and the long run: a hard passage does not last, nor an easy one)."""
 
     history: deque = field(default_factory=lambda: deque(maxlen=LONG_ROUNDS))
+    _posterior: tuple[float, float] | None = field(default=None, repr=False, compare=False)  # once per round added
 
     @property
     def rounds(self) -> list:
@@ -59,17 +60,22 @@ class Acceptance:
         """A verified round: ``accepted`` of ``k`` drafts."""
         reached = min(accepted + 1, k)
         self.history.append(([1.0] * reached, [1.0] * accepted))
+        self._posterior = None
 
     def add_counts(self, reached: list[float], accepted: list[float]) -> None:
         """A replayed round (or an expected one): per position, how often reached and accepted."""
         self.history.append((list(reached), list(accepted)))
+        self._posterior = None
 
     @property
     def posterior(self) -> tuple[float, float]:
         """The pooled Beta posterior's (alpha, beta) parameters."""
-        accepted = sum(sum(a) for _, a in self.rounds)
-        rejected = sum(sum(r) for r, _ in self.rounds) - accepted
-        return PRIOR + accepted, PRIOR + max(rejected, 0.0)
+        if self._posterior is None:
+            rounds = self.rounds
+            accepted = sum(sum(a) for _, a in rounds)
+            rejected = sum(sum(r) for r, _ in rounds) - accepted
+            self._posterior = (PRIOR + accepted, PRIOR + max(rejected, 0.0))
+        return self._posterior
 
     @property
     def mean(self) -> float:

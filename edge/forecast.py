@@ -219,8 +219,13 @@ class Forecast:
         under ``SHADOW_SHARE`` of the stream's time, else that share; while the draft can
         hardly win (below ``REST_CHANCE``, ``REST_DRAFTS`` observed) and watching costs over
         ``REST_COST`` of the stream, at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``."""
-        share = 1.0
         stream_ms = stream_ms or self.est.cloud_ms_per_token or self.est.decode_ms
+        # (asked on every streamed token: computed once per measurement and 0.1 ms of stream rate)
+        key = ("share", None if stream_ms is None else round(stream_ms, 1))
+        return self._cached(key, lambda: self._shadow_share(stream_ms))
+
+    def _shadow_share(self, stream_ms: float | None) -> float:
+        share = 1.0
         shadow_ms = self.est.shadow_ms.value
         if shadow_ms and stream_ms and self.drafts_observed() >= self.LEARN_DRAFTS:
             share = min(1.0, self.SHADOW_SHARE * stream_ms / shadow_ms)
