@@ -62,8 +62,8 @@ known (``LEARN_DRAFTS``) or while that costs under ``SHADOW_SHARE`` of the strea
 over looks of ``SHADOW_LOOK`` tokens spaced to keep that share; once the draft can hardly win
 (``REST_CHANCE``, on ``REST_DRAFTS`` observed: two rejections are no verdict), unless watching
 every token costs under ``REST_COST`` of the stream (a hard passage ends), over at most 1/8
-of the stream (``SHADOW_LOOK`` of every ``SHADOW_PERIOD``, from ``SHADOW_CONTEXT`` tokens of
-context).
+of the stream (``SHADOW_LOOK`` of every ``SHADOW_PERIOD``, each look first catching the draft
+up on what the rest skipped in one batched forward, costed as ``SHADOW_CONTEXT`` tokens).
 
 Every decision is logged (``switch_log``: the request's start and each switch, with the two
 predictions that made it). The planner reads no clock: all time is what the driver measured.
@@ -344,7 +344,7 @@ class Planner(Forecast):
     def shadow_wanted(self, tokens: int) -> bool:
         """Whether the draft should run over the next ``tokens`` streamed tokens (the shadow):
         always when its share is whole, else over the last ``SHADOW_LOOK`` tokens of each
-        period that keeps its share (a look re-reads ``SHADOW_CONTEXT`` tokens first)."""
+        period that keeps its share (a look's catch-up costed as ``SHADOW_CONTEXT`` tokens)."""
         share = self.shadow_share()
         if share >= 1.0:
             return True

@@ -4,10 +4,13 @@ What the draft would have proposed at each streamed token tells the planner the 
 round speculation would commit here (greedy: ``Planner.record_shadow``, hits; sampled:
 ``Planner.record_shadow_sampled``, the chance each streamed token would have been accepted), and
 its time on the draft thread is the shadow's own cost; the draft's cache keeps in step with the
-stream. A generation that starts cloud-only has the draft read the prompt first (one batched
-forward, as a speculative start does). While the planner judges the draft unpromising it rests
-(``Planner.shadow_wanted``) and a look starts it from the last ``SHADOW_CONTEXT`` tokens; the
-next speculative segment resets it. Everything it needs is passed in: it never reads the run.
+stream. Streamed tokens are run over ``SHADOW_BATCH`` at a time (one forward each). A generation
+that starts cloud-only has the draft read the prompt first (one batched forward, as a
+speculative start does). While the planner judges the draft unpromising it rests
+(``Planner.shadow_wanted``): the tokens it skips are kept, and a look first catches the draft
+up on them in the same batched forward, so a look sees the whole context (context lookup
+included) as the draft would when speculating. Everything it needs is passed in: it never
+reads the run.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import PositionDraws
 from edgespec.edge.planner import Planner
 
-SHADOW_CONTEXT = 16  # tokens of recent context the shadow re-reads when a look follows a rest
+SHADOW_BATCH = 8  # streamed tokens the draft is run over at once
 
 
 class Shadow:
@@ -38,40 +41,54 @@ class Shadow:
         self.sampling = sampling if sampling is not None and not sampling.is_greedy else None
         self.lookup_weight, self.draws, self.top_n = lookup_weight, draws, top_n  # coupled: exact hits (``observe_chances``)
         self.pending: asyncio.Future | None = None
-        self.synced = drafter.tokens[: len(committed)] == committed
-        # Context a look re-reads before the streamed tokens when the draft is out of step: all
-        # of it at the start (a generation that starts cloud-only: the draft has not read the
-        # prompt), the last SHADOW_CONTEXT tokens after a rest; None: fell behind for good.
-        self.reread: int | None = None if self.synced else 0
-        if self.synced:
+        self.buffer: list[int] = []  # streamed tokens the draft is to run over next (``SHADOW_BATCH``)
+        self.skipped: list[int] = []  # streamed tokens a rest skipped: the next look catches up on them
+        # in_step: the draft follows the committed tokens (but for ``skipped`` and ``buffer``);
+        # fresh: it has not read this generation's context yet (a start on the cloud-only path);
+        # neither: it fell behind for good (its context limit), the next speculative segment resets it.
+        self.in_step = drafter.tokens[: len(committed)] == committed
+        self.fresh = not self.in_step
+        if self.in_step:
             drafter.rollback_to(len(committed))
 
     def observe(self, tokens: list[int], committed: list[int], max_context: int) -> None:
         """``tokens`` were just streamed and committed (``committed`` ends with them)."""
+        if not self.in_step and not self.fresh:
+            return
         if len(committed) + 1 >= max_context:
-            self.synced, self.reread = False, None  # the draft falls behind; the next speculative segment resets it
+            self._flush(committed[: len(committed) - len(tokens)])
+            self.in_step = self.fresh = False  # the draft falls behind; the next speculative segment resets it
             return
         if not self.planner.shadow_wanted(len(tokens)):
-            self.synced, self.reread = False, SHADOW_CONTEXT
+            self._flush(committed[: len(committed) - len(tokens)])  # (the look so far counts)
+            if not self.fresh:
+                self.skipped.extend(tokens)
             return
-        context = None
-        if not self.synced:
-            if self.reread is None:
-                return  # fell behind: the next speculative segment resets it
-            before = committed[: -len(tokens)]
-            context = before[-self.reread :] if self.reread else before  # (the draft reads it in one batched forward)
-            self.synced, self.reread = True, None
+        self.buffer.extend(tokens)
+        if len(self.buffer) >= SHADOW_BATCH:
+            self._flush(committed)
+
+    def _flush(self, committed: list[int]) -> None:
+        """Runs the draft over the buffered tokens (``committed`` ends with them), on the draft
+        thread, and hands the planner what it saw."""
+        tokens, self.buffer = self.buffer, []
+        if not tokens:
+            return
+        context, skipped = None, self.skipped
+        if self.fresh:  # everything before these tokens, in one batched forward
+            context, skipped = committed[: -len(tokens)], []
+        self.skipped, self.fresh, self.in_step = [], False, True
         k = self.block_k()
         # One draft thread: observations run in the order the tokens came.
-        future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, list(tokens))
+        future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, skipped, tokens)
 
         def done(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
-                self.synced, self.reread = False, None
+                self.in_step = self.fresh = False
                 return
             seen, draft_ms = f.result()
-            if context is not None:
-                draft_ms = None  # (it re-read the context too: a one-off, not the shadow's cost per token)
+            if context is not None or skipped:
+                draft_ms = None  # (it read the context too: a one-off, not the shadow's cost per token)
             if self.sampling is None:
                 self.planner.record_shadow([p == t for p, t in zip(seen, tokens)], k, draft_ms=draft_ms)
             else:
@@ -80,11 +97,14 @@ class Shadow:
         future.add_done_callback(done)
         self.pending = future
 
-    def _look(self, context: list[int] | None, tokens: list[int]) -> tuple[list, float]:
-        """(greedy: the draft's guess at each token; sampled: each token's chance), and the ms it took."""
+    def _look(self, context: list[int] | None, skipped: list[int], tokens: list[int]) -> tuple[list, float]:
+        """(greedy: the draft's guess at each token; sampled: each token's chance), and the ms it
+        took. ``context`` (a fresh start) or ``skipped`` (after a rest) is fed in the same forward."""
         started = self.clock()
         if context is not None:
             self.drafter.reset(context)
+        elif skipped:
+            self.drafter.append(skipped)
         if self.sampling is None:
             seen: list = self.drafter.observe(tokens, self.lookup)
         else:
@@ -93,9 +113,13 @@ class Shadow:
         return seen, (self.clock() - started) * 1000
 
     async def finish(self, committed: list[int]) -> None:
-        """Waits for the draft thread (the next segment uses the draft); marks the shadow out of
-        step when the draft no longer follows ``committed``."""
+        """Waits for the draft thread (the next segment uses the draft); leaves the draft's context
+        at ``committed`` where it followed the stream (what it skipped is appended, fed by the
+        next forward)."""
+        if self.in_step or self.fresh:
+            self._flush(committed)  # (what it has seen of the stream counts, and the draft keeps up)
         if self.pending is not None:
             await asyncio.gather(self.pending, return_exceptions=True)
-        if self.synced and self.drafter.tokens != committed[: len(self.drafter.tokens)]:
-            self.synced = False
+        if self.in_step and self.skipped:
+            self.drafter.append(self.skipped)  # (the draft thread is idle: nothing runs there now)
+            self.skipped = []
