@@ -98,6 +98,9 @@ def test_ingress_split_recovers_the_service_time_of_a_loaded_replica():
     loaded = {"sessions": 16, "k": 4, "round_ms_mean": loaded_round_ms(service)}
     found = split_round_ingress(verify, overhead, loaded, batch_wait_ms=5.0)
     assert found == pytest.approx(service, abs=overhead / 2 / 40)  # the grid's step
+    # The steady rounds are what it matches (the first rounds wait for every session's prefill).
+    opening = {**loaded, "round_ms_mean": loaded["round_ms_mean"] + 30.0, "round_ms_steady_mean": loaded["round_ms_mean"]}
+    assert split_round_ingress(verify, overhead, opening, batch_wait_ms=5.0) == found
     assert split_round_ingress(verify, overhead, {**loaded, "round_ms_mean": 1e6}, 5.0) == overhead / 2
 
 
@@ -163,6 +166,13 @@ def test_calibrate_takes_each_round_against_the_forward_the_replica_reported_for
     )
     calibration = calibrate(harness, ["p"], verify, 50.0, k=4, round_message_ms=1.5, progress=lambda line: None)
     assert calibration.round_overhead_ms == pytest.approx(2.0)  # not 14 - 4.5 - 3: the table's moment is not the round's
+    # With each round's wall (verdict to verdict) recorded, the client's own work between a
+    # verdict and its next send counts too (1 ms here); the first round (the opening) is left out.
+    walled = [RoundRecord(4, (1, 2, 3, 4), 1, 9, draft_ms=2.0, wait_ms=14.0, batch_size=1, verify_ms=9.0,
+                          wall_ms=(500.0 if i == 0 else 2.0 + 14.0 + 1.0)) for i in range(6)]
+    spec.rounds[:] = walled
+    calibration = calibrate(harness, ["p"], verify, 50.0, k=4, round_message_ms=1.5, progress=lambda line: None)
+    assert calibration.round_overhead_ms == pytest.approx(3.0)
 
 
 def test_batch_curve_passes_take_each_cells_median(monkeypatch):
