@@ -66,3 +66,24 @@ def test_a_first_token_splits_into_the_calls_setup_and_the_prefill_by_one_token_
     # A setup read above the whole opening (noise) leaves no negative prefill.
     slow = ReplicaProbe.from_replies(replies + ProbeReplies(short_first_s=(0.5,)))
     assert slow.prefill_ms == 0.0 and slow.open_overhead_ms == pytest.approx(_probe(20.0, 100.0).prefill_ms)
+
+
+def test_the_one_session_speculative_cell_is_predicted_prompt_by_prompt():
+    from edgespec.cloud.bench.replay import Script
+    from edgespec.cloud.bench.simcheck import predict_profile
+    from edgespec.cloud.link.profiles import PROFILES
+
+    output = list(range(10, 42))
+    easy = Script([1, 2], output, list(output))  # the draft always right
+    hard = Script([3, 4], output, [0] * len(output))  # never
+    middling = Script([5, 6], output, [t if i % 2 else 0 for i, t in enumerate(output)])
+    calibration = Calibration(source="t", draft_ms_per_token=0.5, verify=VerifyModel(a_ms=10.0, b_ms=0.0, c_ms=0.0),
+                              prefill_ms=0.0, ingress_ms_per_round_message=0.0, ingress_ms_per_stream_message=0.0)
+    measured = {"measured": {"spec_1": 5.0, "cloud_1": 10.0, "spec_n": 5.0, "cloud_n": 10.0},
+                "single_prompt_ids": [s.prompt_ids for s in (easy, hard, middling)]}
+    row = predict_profile(PROFILES["loopback"], calibration, calibration, [easy, hard, middling], measured,
+                          sessions=2, k=4, max_new_tokens=32)
+    per_prompt = row["predicted_by_prompt"]["spec_1"]
+    assert per_prompt[0] < per_prompt[2] < per_prompt[1]  # easy, middling, hard
+    assert row["predicted"]["spec_1"] == per_prompt[2]  # the median prompt's
+    assert row["errors"]["spec_1"] == per_prompt[2] / 5.0 - 1.0
