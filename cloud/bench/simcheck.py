@@ -166,17 +166,23 @@ def calibrate_replica(harness: Harness, prompts: list[str], *, sessions: int, k:
     return calibration, replayed, scripts, details
 
 
-def client_stream_cost(harness: Harness, prompts: list[str], scripts, max_new_tokens: int, count: int = 3) -> float:
+def client_stream_cost(harness: Harness, prompts: list[str], scripts, max_new_tokens: int, count: int = 6) -> float:
     """The real client's own time per streamed token: its cloud-only steady ms/token less a raw
-    Generate stream's of the same prompt right after it, both through the link in use (the
-    calibration's loopback), median over ``count`` prompts. The analogue of its own time per
-    round (``calibrate``): raw streams carry the replica's costs, the difference is the client's."""
+    Generate stream's of the same prompt beside it (before it and after it in turn), both
+    through the link in use (the calibration's loopback), median over ``count`` prompts. The
+    analogue of its own time per round (``calibrate``): raw streams carry the replica's costs,
+    the difference is the client's. NOTE: under a burst of load elsewhere a starved client
+    reads slow (7 ms in one run, 0-1.3 in others): the median of several pairs in both orders."""
     params = dict(max_new_tokens=max_new_tokens, stop_token_ids=())
     fingerprint = harness.info.tokenizer_fingerprint
     differences = []
-    for prompt, script in list(zip(prompts, scripts))[:count]:
-        real = harness.cloud_only(prompt, params).stats
-        ((tokens, wall, first),) = lone_streams(harness.address, fingerprint, [script]).lone
+    for index, (prompt, script) in enumerate((prompts[i % len(prompts)], scripts[i % len(scripts)]) for i in range(count)):
+        if index % 2:
+            ((tokens, wall, first),) = lone_streams(harness.address, fingerprint, [script]).lone
+            real = harness.cloud_only(prompt, params).stats
+        else:
+            real = harness.cloud_only(prompt, params).stats
+            ((tokens, wall, first),) = lone_streams(harness.address, fingerprint, [script]).lone
         if real.generated > 1 and tokens > 1:
             differences.append(1000.0 * (real.wall_s - real.first_token_s) / (real.generated - 1)
                                - 1000.0 * (wall - first) / (tokens - 1))
