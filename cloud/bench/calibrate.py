@@ -8,8 +8,10 @@
 - the ingress (proxy and replica I/O, a queue shared by the replica's sessions; see
   ``edgespec.cloud.simulate.calibration``): the overhead of a raw round beyond its forward,
   split into queueing service and latency by a loaded replica (``split_round_ingress``); the
-  real client's own time per round on top of it is its latency; a streamed token's cost from
-  raw Generate streams (``stream_latency``);
+  real client's own time per round on top of it is its latency; a streamed token's ingress
+  service and latency from raw Generate streams alone and at once (``split_stream_ingress``);
+- the load on shared cores: the batch curve carried to the decode steps read later
+  (``load_scaled_cells``, used by ``probe.py``);
 - each link's fixed cost per round, from raw rounds through it (``link_round_overhead``).
 
 Every figure comes from raw rounds or single sessions, never from the multi-session runs of
@@ -57,8 +59,16 @@ def calibrate(
     by_position = diagnosis.by_position()
     acceptance = tuple(by_position.get(i, 0.0) for i in range(1, k + 1))
     rounds = [r for result in spec for r in result.rounds]
-    server_ms = [verify(1, r.k + 1) for r in rounds]
-    round_overhead = max(statistics.median(r.wait_ms - s for r, s in zip(rounds, server_ms)), 0.0)
+    # Each round against the forward the replica reported for it (the table's only where a
+    # verdict did not say): the load on the cores moves both alike. A round is verdict to
+    # verdict (its wall, where recorded: the client's own work between a verdict and its next
+    # send counts, as the simulator's device has none), less its drafting and that forward;
+    # a generation's first round is left out (its wall starts with the session's opening).
+    timed = [r for result in spec for r in result.rounds[1:] if r.wall_ms > 0]
+    if timed:
+        round_overhead = max(statistics.median(r.wall_ms - r.draft_ms - _forward(r, verify) for r in timed), 0.0)
+    else:
+        round_overhead = max(statistics.median(r.wait_ms - _forward(r, verify) for r in rounds), 0.0)
     cloud_summary = Summary.of(cloud)
     # Steady state: the first token also carries the request and the prefill.
     steady = [
@@ -101,12 +111,17 @@ def calibrate(
     )
 
 
+def _forward(record, verify: VerifyModel) -> float:
+    """The forward behind a round: what the replica reported, else the batch curve's."""
+    return record.verify_ms if record.verify_ms > 0 else verify(1, record.k + 1)
+
+
 # ---- the replica as it serves: its batch curve, its ingress, each link's fixed cost -------------
 
 
 def replica_verify_model(
     address: str, fingerprint: str, vocab: int, *, ks=(1, 4, 8), session_counts=(1, 2, 4, 8, 16), rounds: int = 12,
-    decode_ms: float = 0.0, context: int = 32,
+    decode_ms: float = 0.0, context: int = 32, passes: int = 1,
 ) -> tuple[VerifyModel, list[dict]]:
     """The replica's own forward + accept time (reported in every verdict) as a measured table.
 
@@ -123,17 +138,25 @@ def replica_verify_model(
     verification (on the demo pair 1 token costs 20 ms, 2 tokens 21, 5 tokens 21.4). Better,
     give ``verify_table`` the decode steps measured on real streams (``decode_steps``).
 
+    ``passes``: the grid measured that many times over (each cell the median of its passes;
+    ``runs`` holds every run, its cell's figure as ``cell_ms``): on shared cores a single pass
+    took 192 ms for a cell its neighbours put near 80.
+
     Why not the engine timed in this process (what the calibration did before): another
     process, another moment, no gRPC server beside it, and short made-up contexts.
     """
-    runs, cells = [], {}
-    for k in ks:
-        for n in session_counts:
+    runs, passes_ms = [], {}
+    order = [(k, n) for k in ks for n in session_counts]
+    for index in range(passes):
+        # NOTE: each pass in another order, so that a burst of load elsewhere on the cores
+        # lands on different cells in each; a cell is the median of its passes.
+        for k, n in order if index % 2 == 0 else order[::-1]:
             raw = raw_rounds(address, fingerprint, vocab, k, rounds, n, prompt_len=max(context - rounds // 2, 1))
             by_batch = raw["verify_ms_by_batch"]
             _, ms = by_batch.get(n) or max(by_batch.values())  # else the most common batch's
-            cells[(n, k + 1)] = ms
-            runs.append(raw)
+            passes_ms.setdefault((n, k + 1), []).append(ms)
+            runs.append(raw | {"cell_ms": ms})
+    cells = {cell: statistics.median(values) for cell, values in passes_ms.items()}
     return verify_table(cells, {1: decode_ms} if decode_ms > 0 else None), runs
 
 
@@ -208,7 +231,11 @@ def split_round_ingress(verify: VerifyModel, single_overhead_ms: float, loaded: 
     drafts past the scheduler's gather and splits the batches).
     """
     sessions, k = loaded["sessions"], loaded["k"]
-    target = loaded["round_ms_mean"]
+    # NOTE: the steady rounds only: the N sessions open together and their prefills queue on
+    # the model thread ahead of every forward, so the first sessions' first round waits for
+    # all of them (16 x ~55 ms on the demo pair); simulated without prefills, that wait read
+    # as ingress work (0.6-0.8 ms per message, against ~0.2 for a streamed token).
+    target = loaded.get("round_ms_steady_mean", loaded["round_ms_mean"])
 
     def simulated_round_ms(service_ms: float) -> float:
         calibration = Calibration(
@@ -224,17 +251,60 @@ def split_round_ingress(verify: VerifyModel, single_overhead_ms: float, loaded: 
     return min(grid, key=lambda s: (abs(simulated_round_ms(s) - target), s))
 
 
+def split_stream_ingress(gaps: list[tuple[int, float, float]]) -> tuple[float, float]:
+    """A streamed token's ingress service time and its latency, (message_ms, latency_ms), from
+    the replies of raw Generate streams (``raw_streams(gaps=...)``): one stream alone and
+    several at once.
+
+    In the simulator's model (``Calibration`` docstring, "The ingress") a stream's reply comes
+    every step(b) + L + b * s when b streams decode together: the forward, the latency once per
+    batch, then the b token messages through the ingress in turn (the last must leave before
+    the batch it rejoins can close). Each reply's gap less the step it reports (the same
+    forward) cancels the step, and with it the load the machine was under at that moment:
+
+        excess(1) = L + s,   excess(b) = L + b * s   =>   s = (excess(b) - excess(1)) / (b - 1).
+
+    b is the loaded streams' most common batch (their ramp-up and tail are left out); the
+    excess at each batch is a mean: along a stream the gaps telescope, so a link's jitter and
+    the catch-up after a stall cancel (a median would not), and a slow forward is in its own
+    step. A round message's service time (``split_round_ingress``) is no stand-in: a
+    generator's yield is not a bidi request/reply pair.
+    """
+    excess: dict[int, list[float]] = {}
+    for batch, step_ms, gap_ms in gaps:
+        if batch > 0:
+            excess.setdefault(batch, []).append(gap_ms - step_ms)
+    if 1 not in excess:
+        raise ValueError("split_stream_ingress: no reply of a lone stream (batch 1) to read the latency from")
+    lone = statistics.fmean(excess[1])
+    loaded = max((b for b in excess if b > 1), key=lambda b: (len(excess[b]), b), default=None)
+    if loaded is None:
+        return 0.0, max(lone, 0.0)
+    message_ms = max((statistics.fmean(excess[loaded]) - lone) / (loaded - 1), 0.0)
+    return message_ms, max(lone - message_ms, 0.0)
+
+
+def load_scaled_cells(cells: dict[tuple[int, int], float], decode_then: dict[int, float],
+                      decode_now: dict[int, float]) -> dict[tuple[int, int], float]:
+    """The batch curve ``cells`` {(batch, tokens_per_row): ms}, measured while the replica's
+    decode steps were ``decode_then`` {batch: ms}, carried to a moment when they are
+    ``decode_now``: each cell scaled by the ratio now / then of the decode step at its batch
+    (linear in the batch between the batches both measured; flat past them).
+
+    Why: other work on the replica's cores slows every forward alike and changes from minute
+    to minute (the demo pair's 16-row step read 126 ms in one calibration and 89-120 ms in the
+    cells after it); the grid of raw rounds is too long to repeat before every cell, a few
+    streams' decode steps are not.
+    """
+    common = sorted(set(decode_then) & set(decode_now))
+    if not common:
+        return dict(cells)
+    ratios = [decode_now[b] / decode_then[b] for b in common]
+    return {(b, t): ms * float(np.interp(b, common, ratios)) for (b, t), ms in cells.items()}
+
+
 def stream_prefill(streams: list[tuple[int, float, float]], message_ms: float) -> float:
     """A prompt's prefill as a session sees it, from raw Generate streams of one session: the
     first token's time less a steady token's less the request's ingress service."""
     firsts = [1000.0 * first - 1000.0 * (wall - first) / (tokens - 1) - message_ms for tokens, wall, first in streams if tokens > 1]
     return max(statistics.median(firsts), 0.0) if firsts else 0.0
-
-
-def stream_latency(streams: list[tuple[int, float, float]], decode_ms: float, message_ms: float) -> float:
-    """The non-queueing part of a streamed token (``stream_overhead_ms``), from raw Generate
-    streams of one session (tokens, seconds to the last, to the first): the steady ms/token
-    less the replica's decode step less the message's ingress service (taken equal to a round
-    message's: the same interpreter work, one small protobuf through the same gRPC server)."""
-    steady = [1000.0 * (wall - first) / (tokens - 1) for tokens, wall, first in streams if tokens > 1]
-    return max(statistics.median(steady) - decode_ms - message_ms, 0.0) if steady else 0.0

@@ -87,6 +87,7 @@ def run_links(config: LinksConfig, out: Path, progress: Callable[[str], None] = 
         calibration, replayed, scripts, replica = calibrate_replica(  # scripts: the replayed devices' drafts
             harness, config.prompts, sessions=config.sessions, k=SIMULATED_K, max_new_tokens=config.max_new_tokens,
             progress=progress)
+        replica.pop("replies", None)  # the probe's raw replies: simcheck's, not this report's
         rows = []
         for index, name in enumerate(config.profiles):
             profile = get_profile(name)

@@ -135,32 +135,41 @@ async def _speculative(stub, fingerprint: str, script: Script, k: int, metadata)
 
 
 async def _cloud_only(stub, fingerprint: str, script: Script, metadata,
-                      steps: list[tuple[int, float]] | None = None) -> tuple[int, float, float]:
+                      steps: list[tuple[int, float]] | None = None,
+                      gaps: list[tuple[int, float, float]] | None = None) -> tuple[int, float, float]:
     """One raw Generate stream: (tokens, seconds to the last, seconds to the first). ``steps``,
-    if given, gets each reply's (batch_size, step_ms): the replica's decoding forward behind it."""
+    if given, gets each reply's (batch_size, step_ms): the replica's decoding forward behind it;
+    ``gaps`` each later reply's (batch_size, step_ms, ms since the stream's previous reply)."""
     request = generate_request(script.prompt_ids, GREEDY, fingerprint, max_new_tokens=len(script.output), stop_token_ids=())
     started = time.perf_counter()
-    count, first = 0, 0.0
+    count, first, last = 0, 0.0, 0.0
     async for reply in stub.Generate(request, metadata=metadata):
+        now = time.perf_counter()
         count += len(reply.token_ids)
-        first = first or time.perf_counter() - started
+        if gaps is not None and first:
+            gaps.append((reply.batch_size, reply.step_ms, 1000.0 * (now - last)))
+        first, last = first or now - started, now
         if steps is not None:
             steps.append((reply.batch_size, reply.step_ms))
     return count, time.perf_counter() - started, first
 
 
 def raw_streams(address: str, fingerprint: str, scripts: list[Script], *, at_once: bool = False,
-                steps: list[tuple[int, float]] | None = None) -> list[tuple[int, float, float]]:
+                steps: list[tuple[int, float]] | None = None,
+                gaps: list[tuple[int, float, float]] | None = None) -> list[tuple[int, float, float]]:
     """The scripts' prompts as raw Generate streams (``_cloud_only`` each): one after another,
-    or all at once, one connection each. ``steps`` collects every reply's (batch_size, step_ms)."""
+    or all at once, one connection each. ``steps`` collects every reply's (batch_size, step_ms),
+    ``gaps`` every later reply's (batch_size, step_ms, ms since the stream's previous reply)."""
     metadata = connection_to(address).metadata()
     if at_once:
-        return asyncio.run(_at_once(address, scripts, lambda stub, script: _cloud_only(stub, fingerprint, script, metadata, steps)))[0]
+        return asyncio.run(_at_once(address, scripts,
+                                    lambda stub, script: _cloud_only(stub, fingerprint, script, metadata, steps, gaps)))[0]
 
     async def run():
         async with connection_to(address).aio_channel(address) as channel:
+            await channel.channel_ready()  # connected before the first stream's clock starts, as at once
             stub = pb_grpc.SpeculativeStub(channel)
-            return [await _cloud_only(stub, fingerprint, script, metadata, steps) for script in scripts]
+            return [await _cloud_only(stub, fingerprint, script, metadata, steps, gaps) for script in scripts]
 
     return asyncio.run(run())
 

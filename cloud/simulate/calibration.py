@@ -30,6 +30,9 @@ JSON schema (all times in milliseconds, all sizes in bytes; omitted keys take th
       "stream_overhead_ms": 0.0,        # non-queueing remainder per Generate token
       "prefill_ms": 10.0,               # opening a session: prompt prefill, queued on the model
                                         # thread with the forwards, both paths
+      "open_overhead_ms": 0.0,          # opening a session or a Generate call: its latency
+                                        # outside the model thread and the ingress queue (the
+                                        # call's setup, admission); paid in parallel
       "up_bytes_base": 40,              # Draft message framing (HTTP/2 + gRPC + protobuf)
       "up_bytes_per_draft": 3,          # per draft token (varint ids; far more with exact-mode q)
       "down_bytes_per_round": 40,       # Verdict message
@@ -71,14 +74,18 @@ these to the multi-session runs of real drafts, which are what the model must pr
   (two messages' service) and ``round_overhead_ms`` (latency) by a loaded replica: N raw
   sessions of random drafts, and the split under which the simulator gives their round time;
   the real client's own time per round (its round overhead beyond the raw one) is latency too;
-- ``ingress_ms_per_stream_message`` is taken equal to a round message's (the same interpreter
-  work), ``stream_overhead_ms`` the rest of a raw Generate stream's steady ms/token beyond the
-  replica's decode step (both the stream's own: ``GenerateResponse.step_ms``), a latency paid
-  once per decoding batch; the decode step at each batch size, the 1-token column of
-  ``verify``, from the replies of 1 and N real streams (``GenerateResponse.batch_size``).
+- ``ingress_ms_per_stream_message`` and ``stream_overhead_ms`` from raw Generate streams,
+  one alone and N at once: a reply comes every step(b) + ``stream_overhead_ms`` + b *
+  ``ingress_ms_per_stream_message`` when b streams decode together, and each reply carries
+  the step behind it (``GenerateResponse.step_ms``), so the gaps less their steps give both
+  (``split_stream_ingress``); the decode step at each batch size, the 1-token column of
+  ``verify``, from the same replies (``GenerateResponse.batch_size``);
+- the load moves all of these from minute to minute on shared cores: ``edgespec bench
+  simcheck`` reads them again around every group of cells (``cloud/bench/probe.py``).
 
-Two service times are kept (the two kinds run different code, a bidi stream's request/reply
-pair vs a server-streaming generator's yield), even where one calibration sets them equal.
+Two service times are kept: the two kinds run different code (a bidi stream's request/reply
+pair vs a server-streaming generator's yield), and measured apart they differ (on the demo
+pair ~0.2-0.3 ms per streamed token against ~0.7-1 ms per round message).
 A single session cannot tell queueing work from pure latency; a loaded replica can: on the
 2-core rig 35-80% of a raw round's ~3 ms overhead behaves as queueing work (0.59 and 1.19 ms
 per message in two runs), the replica's event loop doing it for every session in turn.
@@ -201,6 +208,7 @@ class Calibration:
     stream_overhead_ms: float = 0.0
     round_overhead_by_link_ms: dict[str, float] = field(default_factory=dict)
     prefill_ms: float = 10.0
+    open_overhead_ms: float = 0.0
     up_bytes_base: int = 40
     up_bytes_per_draft: int = 3
     down_bytes_per_round: int = 40
@@ -225,6 +233,7 @@ class Calibration:
             "round_overhead_ms",
             "stream_overhead_ms",
             "prefill_ms",
+            "open_overhead_ms",
         ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):

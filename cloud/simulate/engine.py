@@ -23,18 +23,21 @@ A speculative device, one round (k from the policy):
 1. draft k tokens: ``k * draft_ms_per_token`` times a lognormal factor (mean 1, cv
    ``draft_cv``), less any drafts made ahead during the previous flight;
 2. the Draft goes up its link (``DirectionSchedule``: base delay, jitter, bytes / bandwidth,
-   loss stalls), through the ingress, plus the round's fixed cost on that link
-   (``Calibration.round_overhead_for``), into the batch queue;
+   loss stalls) plus the round's fixed latency on that link (``Calibration.round_overhead_for``:
+   device, link and transport, all before the replica), then through the ingress into the
+   batch queue;
 3. the replica verifies it in the next batch; the forward takes ``verify(batch, longest row)``;
 4. the Verdict goes through the ingress and down the link; accepted n is drawn from the
    per-position acceptance; emitted = n + 1 (capped by the token budget); the next round starts.
 
-Before the first round the device opens its session (Open up and through the ingress, the
-session counts as open, prefill on the model, Opened through the ingress and down); after
+Before the first round the device opens its session (``open_overhead_ms`` of latency, the
+call's setup, then Open up and through the ingress, the session counts as open, prefill on the
+model, Opened through the ingress and down); after
 its last verdict it sends Close (through the ingress: the session stops counting as open)
 and the replica answers Closed (ingress load only: the device has its tokens).
 
-A cloud-only device sends one Generate request (up, ingress, prefill on the model); the
+A cloud-only device sends one Generate request (``open_overhead_ms``, up, ingress, prefill on
+the model); the
 replica then decodes one token per forward for it (rows of 1 token, batched with the other
 cloud-only sessions). ``stream_overhead_ms`` after a forward (once per batch: the model thread
 hands its result back, the scheduler wakes the batch's streams) each stream's token message
@@ -200,7 +203,8 @@ class FleetSimulation:
     # ---- speculative path -----------------------------------------------------------------
 
     def _open_session(self, device: _Device) -> None:
-        self._send_up(device, self.cal.open_bytes, partial(self._admit, device, self._opened))
+        self._at(self.now + self.cal.open_overhead_ms,
+                 partial(self._send_up, device, self.cal.open_bytes, partial(self._admit, device, self._opened)))
 
     def _opened(self, device: _Device) -> None:
         self._send_down(device, self.cal.down_bytes_per_round, partial(self._begin_round, device))
@@ -215,11 +219,13 @@ class FleetSimulation:
         self._at(self.now + device.draft_ms, partial(self._send_block, device))
 
     def _send_block(self, device: _Device) -> None:
+        """The Draft goes up, and the round's fixed latency is paid before the replica's
+        ingress: it is the device's, the link's and the transport's (the client's own time per
+        round, the emulator's or a middlebox's, gRPC), none of it the replica's event loop, so
+        other sessions' messages go through the ingress meanwhile."""
         device.sent_ms = self.now
-        self._send_up(device, self.cal.up_bytes(device.k), partial(self._after_round_overhead, device))
-
-    def _after_round_overhead(self, device: _Device) -> None:
-        self._at(self.now + self.cal.round_overhead_for(device.link.name), partial(self._enqueue, device))
+        arrival = device.up.release_ms(self.now, self.cal.up_bytes(device.k)) + self.cal.round_overhead_for(device.link.name)
+        self._at(arrival, partial(self._ingress, device, partial(self._enqueue, device)))
 
     def _verdict(self, device: _Device) -> None:
         k, n = device.k, device.accepted_now
@@ -260,7 +266,8 @@ class FleetSimulation:
 
     def _open_generate(self, device: _Device) -> None:
         device.steps_left = self.budget
-        self._send_up(device, self.cal.open_bytes, partial(self._admit, device, self._enqueue))
+        self._at(self.now + self.cal.open_overhead_ms,
+                 partial(self._send_up, device, self.cal.open_bytes, partial(self._admit, device, self._enqueue)))
 
     def _stream_replies(self, rows: list[_Device]) -> None:
         """A decoding batch's streams resume (``stream_overhead_ms`` after the forward, once

@@ -12,8 +12,9 @@ from edgespec.cloud.bench.calibrate import (
     decode_steps,
     link_round_overhead,
     link_round_trip_ms,
+    load_scaled_cells,
     split_round_ingress,
-    stream_latency,
+    split_stream_ingress,
     verify_table,
 )
 from edgespec.cloud.link.profiles import PROFILES, LinkProfile
@@ -97,14 +98,33 @@ def test_ingress_split_recovers_the_service_time_of_a_loaded_replica():
     loaded = {"sessions": 16, "k": 4, "round_ms_mean": loaded_round_ms(service)}
     found = split_round_ingress(verify, overhead, loaded, batch_wait_ms=5.0)
     assert found == pytest.approx(service, abs=overhead / 2 / 40)  # the grid's step
+    # The steady rounds are what it matches (the first rounds wait for every session's prefill).
+    opening = {**loaded, "round_ms_mean": loaded["round_ms_mean"] + 30.0, "round_ms_steady_mean": loaded["round_ms_mean"]}
+    assert split_round_ingress(verify, overhead, opening, batch_wait_ms=5.0) == found
     assert split_round_ingress(verify, overhead, {**loaded, "round_ms_mean": 1e6}, 5.0) == overhead / 2
 
 
-def test_stream_latency_is_the_steady_token_less_step_and_message():
-    # 65 tokens: the first at 30 ms, then one every 20 ms (17 decode + 1 message + 2 latency).
-    streams = [(65, (30 + 64 * 20.0) / 1000, 0.030)] * 3
-    assert stream_latency(streams, decode_ms=17.0, message_ms=1.0) == pytest.approx(2.0)
-    assert stream_latency([(1, 0.03, 0.03)], 17.0, 1.0) == 0.0
+def test_stream_ingress_split_reads_service_and_latency_off_reply_gaps_less_their_steps():
+    # The model: a reply every step(b) + L + b * s. L = 0.5, s = 0.3; the steps drift with load.
+    lone = [(1, step, step + 0.5 + 0.3) for step in (18.0, 22.0, 20.0, 30.0)]
+    burst = [(16, step, step + 0.5 + 16 * 0.3) for step in (90.0, 120.0, 105.0) for _ in range(16)]
+    ramp = [(3, 40.0, 90.0)] * 3  # the burst's ramp-up: too few replies to be its batch
+    message_ms, latency_ms = split_stream_ingress(lone + burst + ramp)
+    assert message_ms == pytest.approx(0.3) and latency_ms == pytest.approx(0.5)
+    assert split_stream_ingress(lone) == (0.0, pytest.approx(0.8))  # alone: all of it is latency
+    # Noise that makes the loaded excess smaller than the lone one: no negative service time.
+    assert split_stream_ingress([(1, 20.0, 25.0), (16, 100.0, 103.0)]) == (0.0, 5.0)
+    with pytest.raises(ValueError, match="lone stream"):
+        split_stream_ingress(burst)
+
+
+def test_batch_curve_is_carried_to_the_load_the_decode_steps_read_now():
+    cells = {(1, 5): 26.0, (8, 5): 74.0, (16, 5): 150.0}
+    scaled = load_scaled_cells(cells, {1: 20.0, 16: 125.0}, {1: 18.0, 16: 100.0})
+    assert scaled[(1, 5)] == pytest.approx(26.0 * 0.9) and scaled[(16, 5)] == pytest.approx(150.0 * 0.8)
+    assert scaled[(8, 5)] == pytest.approx(74.0 * (0.9 + (0.8 - 0.9) * 7 / 15))
+    assert load_scaled_cells(cells, {1: 20.0}, {16: 100.0}) == cells  # nothing in common: unchanged
+    assert load_scaled_cells(cells, {1: 20.0, 16: 125.0}, {1: 10.0})[(16, 5)] == pytest.approx(75.0)  # flat past
 
 
 def test_calibrate_splits_the_round_overhead_when_the_ingress_is_measured_under_load():
@@ -127,3 +147,47 @@ def test_calibrate_splits_the_round_overhead_when_the_ingress_is_measured_under_
     assert calibration.round_overhead_ms == pytest.approx(8.0 - 3.0)  # the rest of the round is latency
     # prefill: the first token (20 ms) less a steady one (8.5) less its message (6)
     assert calibration.prefill_ms == pytest.approx(20 - 8.5 - 6.0)
+
+
+def test_calibrate_takes_each_round_against_the_forward_the_replica_reported_for_it():
+    from edgespec.edge.stats import RequestStats
+    from edgespec.edge.types import Result, RoundRecord
+
+    verify = VerifyModel(a_ms=2.0, b_ms=0.0, c_ms=0.5)  # the table says verify(1, 5) = 4.5
+    # The load moved: the replica reported 9 ms forwards; each round waited 9 + 2 x 1.5 + 2.
+    rounds = [RoundRecord(4, (1, 2, 3, 4), 1, 9, draft_ms=2.0, wait_ms=9.0 + 5.0, batch_size=1, verify_ms=9.0) for _ in range(6)]
+    spec = Result("", [1, 9] * 6, [5], "length", RequestStats(rounds=6, drafted=24, accepted=6, generated=12,
+                                                                 wall_s=0.2, draft_s=0.012), rounds)
+    cloud = Result("", [1] * 33, [5], "length", RequestStats(generated=33, wall_s=(20 + 32 * 8.5) / 1000, first_token_s=0.020))
+    harness = SimpleNamespace(
+        run=lambda prompts, params, label: [spec], cloud_only=lambda prompt, params: cloud,
+        client=SimpleNamespace(draft=SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids: "x" * len(ids)))),
+        target="t", draft="d",
+    )
+    calibration = calibrate(harness, ["p"], verify, 50.0, k=4, round_message_ms=1.5, progress=lambda line: None)
+    assert calibration.round_overhead_ms == pytest.approx(2.0)  # not 14 - 4.5 - 3: the table's moment is not the round's
+    # With each round's wall (verdict to verdict) recorded, the client's own work between a
+    # verdict and its next send counts too (1 ms here); the first round (the opening) is left out.
+    walled = [RoundRecord(4, (1, 2, 3, 4), 1, 9, draft_ms=2.0, wait_ms=14.0, batch_size=1, verify_ms=9.0,
+                          wall_ms=(500.0 if i == 0 else 2.0 + 14.0 + 1.0)) for i in range(6)]
+    spec.rounds[:] = walled
+    calibration = calibrate(harness, ["p"], verify, 50.0, k=4, round_message_ms=1.5, progress=lambda line: None)
+    assert calibration.round_overhead_ms == pytest.approx(3.0)
+
+
+def test_batch_curve_passes_take_each_cells_median(monkeypatch):
+    from edgespec.cloud.bench import calibrate as module
+
+    calls = []
+
+    def fake_raw_rounds(address, fingerprint, vocab, k, rounds, sessions, prompt_len=32):
+        calls.append((k, sessions))
+        spike = 5.0 if len(calls) == 1 else 1.0  # a burst of load elsewhere during the first run only
+        ms = spike * (10.0 + sessions * (k + 1))
+        return {"sessions": sessions, "k": k, "verify_ms_by_batch": {sessions: (rounds, ms)}}
+
+    monkeypatch.setattr(module, "raw_rounds", fake_raw_rounds)
+    table, runs = module.replica_verify_model("a", "f", 100, ks=(1, 4), session_counts=(1, 4), passes=3, context=40)
+    assert len(runs) == 12 and calls[:4] == [(1, 1), (1, 4), (4, 1), (4, 4)] and calls[4:8] == calls[:4][::-1]
+    assert table(1, 2) == pytest.approx(12.0) and table(4, 5) == pytest.approx(30.0)  # the spike is outvoted
+    assert runs[0]["cell_ms"] == pytest.approx(60.0)

@@ -193,6 +193,16 @@ def test_a_batch_closes_once_every_open_session_is_in_and_respects_the_cap():
     assert result.mean_utilisation > 0.95  # no forward waited 500 ms for a seventh session
 
 
+def test_a_calls_setup_is_paid_in_parallel_and_its_prefill_queues():
+    # 8 Generate calls at once: each pays 30 ms of setup (latency, side by side), then their
+    # 10 ms prefills queue on the model thread one after another.
+    calibration = free_network(prefill_ms=10.0, open_overhead_ms=30.0, verify=VerifyModel(a_ms=1.0, b_ms=0.0, c_ms=0.0))
+    result = simulate_path(FleetConfig(devices=8, link_mix=ZERO_LINK, tokens_per_device=1), calibration, CLOUD_ONLY)
+    assert 30.0 + 8 * 10.0 < min(result.ms_per_token) <= max(result.ms_per_token) < 30.0 + 8 * 10.0 + 10.0
+    alone = simulate_path(FleetConfig(devices=1, link_mix=ZERO_LINK, k=4, tokens_per_device=1), calibration)
+    assert alone.mean_ms_per_token == pytest.approx(30.0 + 10.0 + 0.1 + 1.0, rel=1e-6)  # a session opens the same way (1 draft)
+
+
 def test_prefills_queue_on_the_model_thread():
     # The replica prefills on its one model thread, first come first served: with 8 sessions
     # opening at once even the first one's decode step queues behind all 8 prefills.
@@ -216,6 +226,20 @@ def test_one_speculative_round_costs_verify_plus_two_ingress_messages():
     open_ms = 2 * s  # Open in, Opened out (prefill 0)
     round_ms = 4 * 0.1 + s + 4.0 + s + remainder
     assert result.mean_ms_per_token * 500 == pytest.approx(open_ms + 100 * round_ms, rel=1e-9)
+
+
+def test_a_rounds_fixed_latency_is_paid_before_the_ingress_so_batches_stay_whole():
+    # 16 replayed devices (no drafting), 0.7 ms per message, 4 ms of fixed latency per round.
+    # The latency is the device's, the link's and the transport's: paid on the way up, while
+    # the ingress handles the other sessions' messages, so every Draft still reaches the
+    # ingress while it is busy and the batch (which cannot close while it is) stays whole.
+    # (Paid after the ingress, the last rows would miss the gather and split the batches.)
+    calibration = free_network(acceptance=(0.5,), draft_ms_per_token=1e-3, verify=VerifyModel(a_ms=40.0, b_ms=0.0, c_ms=0.0),
+                               ingress_ms_per_round_message=0.7, round_overhead_ms=4.0)
+    many = simulate_path(FleetConfig(devices=16, link_mix=ZERO_LINK, k=4, duration_s=5.0), calibration)
+    assert sum(b * n for b, n in many.batch_sizes.items()) / many.forwards > 15.0
+    alone = simulate_path(FleetConfig(devices=1, link_mix=ZERO_LINK, k=4, tokens_per_device=200), calibration)
+    assert alone.rounds * (4.0 + 2 * 0.7 + 40.0) < alone.mean_ms_per_token * 200  # the lone round pays it all
 
 
 def test_ingress_saturates_at_one_round_per_two_service_times():
