@@ -86,6 +86,13 @@ class Acceptance:
         """P(acceptance >= a) under the pooled posterior."""
         return beta_upper_tail(a, *self.posterior)
 
+    def long_run_chance_at_least(self, a: float) -> float:
+        """P(acceptance >= a) under the posterior pooled over every round kept (``LONG_ROUNDS``):
+        what the draft does over texts, not over the last passage."""
+        accepted = sum(sum(acc) for _, acc in self.history)
+        rejected = sum(sum(r) for r, _ in self.history) - accepted
+        return beta_upper_tail(a, PRIOR + accepted, PRIOR + max(rejected, 0.0))
+
     def by_position(self, k: int) -> list[float]:
         """c_1..c_k: each position's acceptance given it was reached (see the module docstring)."""
         reached, accepted = [0.0] * k, [0.0] * k

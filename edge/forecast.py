@@ -208,6 +208,13 @@ class Forecast:
             return None
         return self._cached(("chance", a_star), lambda: self.est.acceptance.chance_at_least(a_star))
 
+    def long_run_chance_to_win(self) -> float | None:
+        """``chance_to_win`` over every round kept, not the last ``ROUNDS``."""
+        a_star = self.break_even()
+        if a_star is None:
+            return None
+        return self._cached(("long chance", a_star), lambda: self.est.acceptance.long_run_chance_at_least(a_star))
+
     def drafts_observed(self) -> float:
         """Drafts (verified or replayed) the acceptance estimates rest on."""
         alpha, beta = self.est.acceptance.posterior

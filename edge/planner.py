@@ -27,7 +27,11 @@ A generation starts on the path predicted faster over its budget (a start costs 
 With little known of the draft (under ``ENTER_DRAFTS`` drafts observed) it explores
 speculation, whose first block rides with the Open, where a hopeless draft would lose under
 ``EXPLORE_LOSS`` of the request (a second round and a switch: near links); elsewhere it
-streams and lets the shadow judge the draft at no risk. It switches, in either direction, when
+streams and lets the shadow judge the draft at no risk. Texts differ (one prompt's acceptance
+says little of the next one's), so where exploring is that cheap a new request also tries
+speculation when the last text left the draft unpromising or the forecast behind, as long as
+the posterior over every round kept (``long_run_chance_to_win``) says it can win; its second
+round tells. It switches, in either direction, when
 the other path's prediction beats the current one by ``margin`` and the remaining tokens repay
 two switches; leaving speculation takes the better of its measured rate and the forecast
 (a hard passage does not last), entering it a forecast resting on at least ``ENTER_DRAFTS``
@@ -264,7 +268,13 @@ class Planner(Forecast):
         self._budget = max_new_tokens
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value or 0.0
         if self.unpromising():
-            return self._decide(0, None, Path.CLOUD_ONLY, self.predicted_speculative(), cloud, "draft unpromising")
+            spec = self.predicted_speculative(tau=max_k + 1.0)
+            long_run = self.long_run_chance_to_win()
+            if long_run is None or long_run < self.WIN_CHANCE or cloud is None or self.exploring_costs_too_much(max_new_tokens):
+                return self._decide(0, None, Path.CLOUD_ONLY, self.predicted_speculative(), cloud, "draft unpromising")
+            # The last passage went badly, the draft's long run did not: a new text may suit it
+            # (one text's acceptance says little of the next one's); its second round tells.
+            return self._decide(0, None, Path.SPECULATIVE, spec, cloud, f"a new text: the long run can win (P {long_run:.2f})")
         if self.drafts_observed() >= self.ENTER_DRAFTS:  # a request's start costs no switch: the forecast decides
             spec, why = self.predicted_speculative(), "predicted"
         else:  # acceptance is unknown until measured: explore unless an always-right draft would lose
@@ -275,6 +285,10 @@ class Planner(Forecast):
             return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "nothing measured: speculate, and learn")
         # Speculation pays one more round trip to start (the Open, then the first verdict).
         faster = 2 * rtt + max_new_tokens * spec <= rtt + max_new_tokens * cloud
+        if not faster and (self.long_run_chance_to_win() or 0.0) >= 0.5 and not self.exploring_costs_too_much(max_new_tokens):
+            # The forecast leans on the last text; over texts the draft wins more often than not,
+            # and trying costs little here: a new text gets its own first rounds.
+            return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "a new text: the long run can win, trying costs little")
         return self._decide(0, None, Path.SPECULATIVE if faster else Path.CLOUD_ONLY, spec, cloud, why)
 
     def exploring_costs_too_much(self, max_new_tokens: int) -> bool:

@@ -101,6 +101,20 @@ def test_a_good_draft_that_starts_slowly_is_not_given_up():
         assert run.segments[-1][0] == "speculative" and run.speculative_tokens() >= 80, [r.segments for r in runs]
 
 
+def test_a_new_text_after_a_hard_one_gets_its_own_first_rounds():
+    """Texts differ (the demo pair's always-speculating arm runs 3 to 25 ms/token from prompt to
+    prompt): a hard text that ends unpromising must not send the next, easy one to the stream
+    for good. Where trying costs little (a near link) the next request speculates from its start."""
+    def rate(position: int) -> float:
+        return 0.1 if 256 <= position < 384 else 0.95  # two easy texts, a hard one, easy ones again
+    w = world(15.0, bernoulli_hits(rate, seed=5), forward_ms=6.0, forward_per_draft_ms=0.5, decode_ms=8.0)
+    sim = Sim(w)
+    runs = [sim.generate(128) for _ in range(5)]
+    assert runs[2].segments[-1][0] == "cloud_only"  # the hard text: left
+    for run in runs[3:]:
+        assert run.switches[0].to_path == "speculative" and run.speculative_tokens() >= 120, [r.segments for r in runs]
+
+
 def test_sampled_requests_come_back_from_a_slow_link():
     """Sampled: the shadow reports each streamed token's acceptance chance, not a hit; the way
     back to speculation is the greedy one."""
