@@ -42,9 +42,9 @@ def pytest_ignore_collect(collection_path, config):
 
 
 # The modules that take longest (a minute or more each on 2 cores, mostly waiting on Serve, a
-# fake cluster or a sampling sweep), started first: `make test` runs modules on two pytest-xdist
-# workers in this order (--no-loadscope-reorder), and the short ones then fill in behind them.
-# Only the wall time depends on this list; any order is correct.
+# fake cluster or a sampling sweep), started first: `make test TEST_WORKERS=2` runs modules on
+# two pytest-xdist workers in this order (--no-loadscope-reorder), and the short ones then fill
+# in behind them. Only the wall time depends on this list; any order is correct.
 LONGEST_FIRST = (
     "e2e/test_sampling_fit.py",
     "e2e/test_cluster.py",
