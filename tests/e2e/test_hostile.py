@@ -115,8 +115,12 @@ def refused(call, code: grpc.StatusCode, *fragments: str, within: float = FAST_S
 
 
 def session_refused(stub, info, code, *fragments, key=GOOD, within=FAST_S, header="authorization", **open_fields):
+    # The Open is built before the stream opens: the server's first-message deadline
+    # (FIRST_MESSAGE_S) runs from then, and building a 10-million-token Open on a loaded machine
+    # can take longer than that.
+    message = open_msg(info, **open_fields)
     session = Session(stub, key, header)
-    session.send(open=open_msg(info, **open_fields))
+    session.send(open=message)
     try:
         return refused(session.reply, code, *fragments, within=within)
     finally:
