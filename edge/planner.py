@@ -328,6 +328,9 @@ class Planner(Forecast):
         else:
             if self._segment_tokens < self.MIN_TOKENS or not self._segment_probes:
                 return False
+            step, rate = self.est.decode_ms, self.est.cloud_ms_per_token
+            if self._segment_tokens < 4 * self.MIN_TOKENS and step and rate and rate > 3 * (step + 1.0):
+                return False  # a loss stall early in the stream is no rate yet (a satellite link's first tokens)
             if not self.evidence_to_enter():
                 return False
             here, there, other, why = cloud, forecast, Path.SPECULATIVE, "speculation predicted faster"
