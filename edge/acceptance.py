@@ -71,10 +71,7 @@ class Acceptance:
     def posterior(self) -> tuple[float, float]:
         """The pooled Beta posterior's (alpha, beta) parameters."""
         if self._posterior is None:
-            rounds = self.rounds
-            accepted = sum(sum(a) for _, a in rounds)
-            rejected = sum(sum(r) for r, _ in rounds) - accepted
-            self._posterior = (PRIOR + accepted, PRIOR + max(rejected, 0.0))
+            self._posterior = pooled_posterior(self.rounds)
         return self._posterior
 
     @property
@@ -89,9 +86,7 @@ class Acceptance:
     def long_run_chance_at_least(self, a: float) -> float:
         """P(acceptance >= a) under the posterior pooled over every round kept (``LONG_ROUNDS``):
         what the draft does over texts, not over the last passage."""
-        accepted = sum(sum(acc) for _, acc in self.history)
-        rejected = sum(sum(r) for r, _ in self.history) - accepted
-        return beta_upper_tail(a, PRIOR + accepted, PRIOR + max(rejected, 0.0))
+        return beta_upper_tail(a, *pooled_posterior(self.history))
 
     def by_position(self, k: int) -> list[float]:
         """c_1..c_k: each position's acceptance given it was reached (see the module docstring)."""
@@ -117,6 +112,14 @@ class Acceptance:
 
     def __len__(self) -> int:
         return min(len(self.history), ROUNDS)
+
+
+def pooled_posterior(rounds) -> tuple[float, float]:
+    """The Beta posterior's (alpha, beta) over ``rounds`` of (reached, accepted) counts, with
+    Jeffreys' prior: every draft reached is accepted or rejected."""
+    accepted = sum(sum(a) for _, a in rounds)
+    rejected = sum(sum(r) for r, _ in rounds) - accepted
+    return PRIOR + accepted, PRIOR + max(rejected, 0.0)
 
 
 class Replay:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -71,6 +71,17 @@ def _runner_up(logits: np.ndarray, chosen: int, model_token: int) -> tuple[int, 
     top2 = np.argpartition(-logits, 1)[:2]
     other = int(top2[0] if top2[0] != chosen else top2[1])
     return other, float(probs[chosen])
+
+
+def sampled_q(found: int | None, params: SamplingParams, top_n: int, lookup_weight: float,
+              logits: Callable[[], np.ndarray]) -> SparseDist:
+    """The q a sampled draft is drawn from: the lookup's point mass where it alone decides
+    (``lookup_weight`` 1: ``logits`` is not called, the model need not run), else the model's
+    (top_n), mixed with the lookup's point mass where it has a token ``found``."""
+    if found is not None and lookup_weight == 1.0:
+        return point_mass(found)
+    dist = truncate_top_n(probs_from_logits(logits(), params), top_n)
+    return dist if found is None else mix_point_mass(dist, found, lookup_weight, top_n)
 
 
 def checked_token_ids(ids: Sequence[int], vocab_size: int, what: str) -> list[int]:
@@ -213,7 +224,8 @@ class DraftModel:
         for _ in range(k):
             found = lookup_next(self.tokens, lookup) if lookup is not None else None
             if sampler is not None:
-                dist = self._sampled_dist(found, sampler[0], top_n, lookup_weight)
+                # (where the lookup alone decides the model is not run: its tokens wait for the next forward)
+                dist = sampled_q(found, sampler[0], top_n, lookup_weight, lambda: self._feed(self.tokens[self.cache_len :])[-1])
                 # NOTE: a point mass draws its uniform too: same stream either way. The context is
                 # the whole sequence, so len(tokens) is the absolute position (coupled draws).
                 token = sample(dist, sampler[1], len(self.tokens))
@@ -256,16 +268,6 @@ class DraftModel:
         token = model_token if found is None else found
         return token, _runner_up(logits, token, model_token) if alternatives else None
 
-    def _sampled_dist(self, found: int | None, params: SamplingParams, top_n: int, lookup_weight: float) -> SparseDist:
-        """The q a sampled draft is drawn from: the lookup's point mass where it alone decides
-        (``lookup_weight`` 1: the model is not run here), else the model's (top_n), mixed with
-        the lookup's point mass where it has a token."""
-        if found is not None and lookup_weight == 1.0:
-            return point_mass(found)
-        logits = self._feed(self.tokens[self.cache_len :])[-1]
-        dist = truncate_top_n(probs_from_logits(logits, params), top_n)
-        return dist if found is None else mix_point_mass(dist, found, lookup_weight, top_n)
-
     def observe(self, token_ids: Sequence[int], lookup: LookupConfig | None = None) -> list[int]:
         """Appends tokens the device did not draft (streamed by the cloud) and returns what greedy
         drafting (with ``lookup``) would have proposed at each of them, from one forward: the
@@ -302,11 +304,7 @@ class DraftModel:
         for i, token in enumerate(new):
             guess = lookup_next(self.tokens, lookup) if lookup is not None else None
             if draws is not None:
-                if guess is not None and lookup_weight == 1.0:
-                    dist = point_mass(guess)
-                else:
-                    dist = truncate_top_n(probs_from_logits(logits[offset + i], sampling), top_n)
-                    dist = dist if guess is None else mix_point_mass(dist, guess, lookup_weight, top_n)
+                dist = sampled_q(guess, sampling, top_n, lookup_weight, lambda: logits[offset + i])
                 chances.append(1.0 if draws.sample(dist, len(self.tokens)) == token else 0.0)
             else:
                 q = float(probs_from_logits(logits[offset + i], sampling)[token])

@@ -268,12 +268,12 @@ class Planner(Forecast):
         self._budget = max_new_tokens
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value or 0.0
         if self.unpromising():
-            spec = self.predicted_speculative(tau=max_k + 1.0)
             long_run = self.long_run_chance_to_win()
             if long_run is None or long_run < self.WIN_CHANCE or cloud is None or self.exploring_costs_too_much(max_new_tokens):
                 return self._decide(0, None, Path.CLOUD_ONLY, self.predicted_speculative(), cloud, "draft unpromising")
             # The last passage went badly, the draft's long run did not: a new text may suit it
             # (one text's acceptance says little of the next one's); its second round tells.
+            spec = self.predicted_speculative(tau=max_k + 1.0)
             return self._decide(0, None, Path.SPECULATIVE, spec, cloud, f"a new text: the long run can win (P {long_run:.2f})")
         if self.drafts_observed() >= self.ENTER_DRAFTS:  # a request's start costs no switch: the forecast decides
             spec, why = self.predicted_speculative(), "predicted"

@@ -45,6 +45,10 @@ class SamplingBenchConfig:
             raise ValueError(f"temperatures must be > 0, got {self.temperatures}")
 
 
+def ms_per_token_by_prompt(results: list) -> list[float]:
+    return [1000.0 * r.stats.wall_s / r.stats.generated if r.stats.generated else 0.0 for r in results]
+
+
 def arm_row(label: str, params: dict, results: list, cloud: Summary) -> dict:
     summary = Summary.of(results)
     generated = sum(r.stats.generated for r in results)
@@ -56,7 +60,7 @@ def arm_row(label: str, params: dict, results: list, cloud: Summary) -> dict:
         "cloud_only_share": cloud_tokens / generated if generated else 0.0,
         "speculative": summary.to_dict(),
         "switch_logs": [switch_log(result) for result in results],  # k=auto's decisions, per prompt
-        "ms_per_token_by_prompt": [1000.0 * r.stats.wall_s / r.stats.generated if r.stats.generated else 0.0 for r in results],
+        "ms_per_token_by_prompt": ms_per_token_by_prompt(results),
     }
 
 
@@ -83,8 +87,7 @@ def measure_arms(harness: Harness, prompts: list[str], arms: dict[str, dict], cl
         for client in clients.values():
             client.close()
     cloud = Summary.of(results["cloud-only"])
-    by_prompt = [1000.0 * r.stats.wall_s / r.stats.generated if r.stats.generated else 0.0 for r in results["cloud-only"]]
-    return {"cloud_only": cloud.to_dict(), "cloud_only_by_prompt": by_prompt,
+    return {"cloud_only": cloud.to_dict(), "cloud_only_by_prompt": ms_per_token_by_prompt(results["cloud-only"]),
             "arms": [arm_row(name, arms[name], results[name], cloud) for name in arms]}
 
 

@@ -127,6 +127,15 @@ def test_batch_curve_is_carried_to_the_load_the_decode_steps_read_now():
     assert load_scaled_cells(cells, {1: 20.0, 16: 125.0}, {1: 10.0})[(16, 5)] == pytest.approx(75.0)  # flat past
 
 
+def fake_harness(spec, cloud) -> SimpleNamespace:
+    """What ``calibrate`` reads of a harness: the speculative run ``spec`` and the stream ``cloud``."""
+    return SimpleNamespace(
+        run=lambda prompts, params, label: [spec], cloud_only=lambda prompt, params: cloud,
+        client=SimpleNamespace(draft=SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids: "x" * len(ids)))),
+        target="t", draft="d",
+    )
+
+
 def test_calibrate_splits_the_round_overhead_when_the_ingress_is_measured_under_load():
     from edgespec.edge.stats import RequestStats
     from edgespec.edge.types import Result, RoundRecord
@@ -137,11 +146,7 @@ def test_calibrate_splits_the_round_overhead_when_the_ingress_is_measured_under_
                                                                  wall_s=0.2, draft_s=0.012), rounds)
     # 33 tokens: the first at 20 ms, then one every 2.5 + 6 ms.
     cloud = Result("", [1] * 33, [5], "length", RequestStats(generated=33, wall_s=(20 + 32 * 8.5) / 1000, first_token_s=0.020))
-    harness = SimpleNamespace(
-        run=lambda prompts, params, label: [spec], cloud_only=lambda prompt, params: cloud,
-        client=SimpleNamespace(draft=SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids: "x" * len(ids)))),
-        target="t", draft="d",
-    )
+    harness = fake_harness(spec, cloud)
     calibration = calibrate(harness, ["p"], verify, None, k=4, round_message_ms=1.5, progress=lambda line: None)
     assert calibration.ingress_ms_per_round_message == 1.5
     assert calibration.round_overhead_ms == pytest.approx(8.0 - 3.0)  # the rest of the round is latency
@@ -159,11 +164,7 @@ def test_calibrate_takes_each_round_against_the_forward_the_replica_reported_for
     spec = Result("", [1, 9] * 6, [5], "length", RequestStats(rounds=6, drafted=24, accepted=6, generated=12,
                                                                  wall_s=0.2, draft_s=0.012), rounds)
     cloud = Result("", [1] * 33, [5], "length", RequestStats(generated=33, wall_s=(20 + 32 * 8.5) / 1000, first_token_s=0.020))
-    harness = SimpleNamespace(
-        run=lambda prompts, params, label: [spec], cloud_only=lambda prompt, params: cloud,
-        client=SimpleNamespace(draft=SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids: "x" * len(ids)))),
-        target="t", draft="d",
-    )
+    harness = fake_harness(spec, cloud)
     calibration = calibrate(harness, ["p"], verify, 50.0, k=4, round_message_ms=1.5, progress=lambda line: None)
     assert calibration.round_overhead_ms == pytest.approx(2.0)  # not 14 - 4.5 - 3: the table's moment is not the round's
     # With each round's wall (verdict to verdict) recorded, the client's own work between a
