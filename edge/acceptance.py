@@ -24,6 +24,12 @@ Two views of the same counts, rounds verified or replayed over a stream (``Repla
   which, unlike the geometric (1 - a^(k+1)) / (1 - a), keeps what bursty text does: a draft
   that got the first tokens of a passage right tends to get the next ones right too, so a
   longer block commits more than a round of the first, short probing blocks suggests.
+
+And one view over texts: each request's own acceptance (its rounds and replays, accepted over
+reached), the last ``TEXTS`` of them. Pooling rounds across texts concentrates the posterior on
+the mean acceptance, but texts differ (an easy one at 0.9 after a hard one at 0.4): whether a
+*new* text can win is the share of the last texts that reached a* (none of them: a draft
+that never won a text is not tried on the next one for hope alone).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ PRIOR = 0.5  # Jeffreys' prior: Beta(1/2, 1/2)
 ROUNDS = 16  # recent rounds (verified, or replayed over a stream) the posterior is computed over
 LONG_ROUNDS = 64  # rounds acceptance by position is computed over (the recent ones count twice)
 SHRINK = 4.0  # pseudo-observations pulling each position's acceptance towards the pooled mean
+TEXTS = 16  # texts (requests) a new text's chance is judged from
+TEXT_DRAFTS = 8  # drafts a text must have had observed to count as one
 
 
 @dataclass
@@ -49,6 +57,9 @@ class Acceptance:
     recent text and the long run: a hard passage does not last, nor an easy one)."""
 
     history: deque = field(default_factory=lambda: deque(maxlen=LONG_ROUNDS))
+    texts: deque = field(default_factory=lambda: deque(maxlen=TEXTS))  # each ended text's acceptance
+    _text: list = field(default_factory=lambda: [0.0, 0.0])  # this text's drafts (reached, accepted)
+    _text_rounds: int = 0  # this text's rounds (the last of ``history``)
     _posterior: tuple[float, float] | None = field(default=None, repr=False, compare=False)  # once per round added
 
     @property
@@ -60,12 +71,40 @@ class Acceptance:
         """A verified round: ``accepted`` of ``k`` drafts."""
         reached = min(accepted + 1, k)
         self.history.append(([1.0] * reached, [1.0] * accepted))
-        self._posterior = None
+        self._counted(reached, accepted)
 
     def add_counts(self, reached: list[float], accepted: list[float]) -> None:
         """A replayed round (or an expected one): per position, how often reached and accepted."""
         self.history.append((list(reached), list(accepted)))
+        self._counted(sum(reached), sum(accepted))
+
+    def _counted(self, reached: float, accepted: float) -> None:
+        self._text[0] += reached
+        self._text[1] += accepted
+        self._text_rounds += 1
         self._posterior = None
+
+    def end_text(self) -> None:
+        """The request ends (the next one is another text): its acceptance joins ``texts`` if
+        it observed at least ``TEXT_DRAFTS`` drafts."""
+        reached, accepted = self._text
+        if reached >= TEXT_DRAFTS:
+            self.texts.append(accepted / reached)
+        self._text, self._text_rounds = [0.0, 0.0], 0
+
+    def text_chance_at_least(self, a: float) -> float:
+        """P(acceptance >= a) under the posterior of this text's own rounds (the last ``ROUNDS``
+        of them; the prior alone before any): whether the draft suits this text, whatever the
+        last one did."""
+        rounds = list(self.history)[-min(self._text_rounds, ROUNDS):] if self._text_rounds else []
+        return beta_upper_tail(a, *pooled_posterior(rounds))
+
+    def new_text_chance_at_least(self, a: float) -> float | None:
+        """P(a new text's acceptance >= a): the share of the last texts that reached it (the
+        module docstring); None before any text ended."""
+        if not self.texts:
+            return None
+        return sum(1 for mean in self.texts if mean >= a) / len(self.texts)
 
     @property
     def posterior(self) -> tuple[float, float]:

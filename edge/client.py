@@ -1,19 +1,18 @@
 """The blocking client: ``with EdgeClient(server, draft) as c: c.generate(...)``.
 
-A thin twin of ``AsyncEdgeClient`` with the same methods: it runs the async client on a
-private event-loop thread and waits for each call, so the two never drift apart.
+A thin twin of ``AsyncEdgeClient`` with the same methods: it runs the async client on the
+process's SDK loop (``loop.shared_loop``: one thread for every blocking client, never closed,
+so no gRPC completion outlives its loop) and waits for each call, so the two never drift apart.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.draft import DraftModel
+from edgespec.edge.loop import run
 from edgespec.edge.types import Result, ServerInfo
 
 
@@ -23,19 +22,12 @@ class EdgeClient:
     ONNX Runtime execution providers, CPU by default)."""
 
     def __init__(self, server: str, draft: DraftModel | str | Path, **options: Any):
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="edgespec-client", daemon=True)
-        self._thread.start()
         self._closed = False
 
         async def make() -> AsyncEdgeClient:
-            return AsyncEdgeClient(server, draft, **options)  # the aio channel binds to this loop
+            return AsyncEdgeClient(server, draft, **options)  # the aio channel binds to the shared loop
 
-        try:
-            self._client = self._wait(make())
-        except BaseException:
-            self._stop_loop()
-            raise
+        self._client = run(make())
 
     def __enter__(self) -> "EdgeClient":
         return self
@@ -55,10 +47,7 @@ class EdgeClient:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._wait(self._client.close())
-        finally:
-            self._stop_loop()
+        run(self._client.close())
 
     def info(self, *, refresh: bool = False) -> ServerInfo:
         return self._wait(self._client.info(refresh=refresh))
@@ -73,19 +62,10 @@ class EdgeClient:
         return TextStream(self, self._client.stream(prompt, **params))
 
     def _wait(self, coroutine):
-        if self._loop.is_closed():
+        if self._closed:
+            coroutine.close()
             raise RuntimeError("the client is closed")
-        future: Future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # e.g. KeyboardInterrupt: stop the work on the loop thread too
-            raise
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        self._loop.close()
+        return run(coroutine)
 
 
 class TextStream:

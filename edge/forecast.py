@@ -215,6 +215,22 @@ class Forecast:
             return None
         return self._cached(("long chance", a_star), lambda: self.est.acceptance.long_run_chance_at_least(a_star))
 
+    def text_chance_to_win(self) -> float | None:
+        """``chance_to_win`` over this request's own rounds (``Acceptance.text_chance_at_least``)."""
+        a_star = self.break_even()
+        if a_star is None:
+            return None
+        return self._cached(("text chance", a_star), lambda: self.est.acceptance.text_chance_at_least(a_star))
+
+    def new_text_chance_to_win(self) -> float | None:
+        """The chance that a new text lets the draft reach a*: the share of earlier texts that
+        did (``Acceptance.new_text_chance_at_least``); before any text ended, the long run's."""
+        a_star = self.break_even()
+        if a_star is None:
+            return None
+        chance = self.est.acceptance.new_text_chance_at_least(a_star)
+        return self.long_run_chance_to_win() if chance is None else chance
+
     def drafts_observed(self) -> float:
         """Drafts (verified or replayed) the acceptance estimates rest on."""
         alpha, beta = self.est.acceptance.posterior

@@ -30,8 +30,8 @@ speculation, whose first block rides with the Open, where a hopeless draft would
 streams and lets the shadow judge the draft at no risk. Texts differ (one prompt's acceptance
 says little of the next one's), so where exploring is that cheap a new request also tries
 speculation when the last text left the draft unpromising or the forecast behind, as long as
-the posterior over every round kept (``long_run_chance_to_win``) says it can win; its second
-round tells. It switches, in either direction, when
+enough earlier texts won (``new_text_chance_to_win``: the share of texts whose acceptance
+reached a*; pooled rounds would say only what the mean text does); its second round tells. It switches, in either direction, when
 the other path's prediction beats the current one by ``margin`` and the remaining tokens repay
 two switches; leaving speculation takes the better of its measured rate and the forecast
 (a hard passage does not last), entering it a forecast resting on at least ``ENTER_DRAFTS``
@@ -113,6 +113,7 @@ class Planner(Forecast):
     ENTER_CHANCE = 0.9  # speculation is entered on a forecast only at this chance that the draft can win
     ENTER_DRAFTS = 32  # ...and after this many drafts observed (verified or replayed)
     WIN_CHANCE = 0.1  # below this posterior chance that the draft can win, speculation is left
+    NEW_TEXT_CHANCE = 0.2  # ...and a new text after an unpromising one tries it from this share of texts won
     # (MIN_ROUNDS, the shadow's and the forecast's own settings: ``forecast.Forecast``)
 
     def __init__(self, mode: str = "auto", *, margin: float = 0.05, max_depth: int = 4):
@@ -266,15 +267,17 @@ class Planner(Forecast):
             self._max_k = max_k
             self._changed()
         self._budget = max_new_tokens
+        self.est.acceptance.end_text()  # the last request was another text
+        self._changed()
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value or 0.0
         if self.unpromising():
-            long_run = self.long_run_chance_to_win()
-            if long_run is None or long_run < self.WIN_CHANCE or cloud is None or self.exploring_costs_too_much(max_new_tokens):
+            chance = self.new_text_chance_to_win()
+            if chance is None or chance < self.NEW_TEXT_CHANCE or cloud is None or self.exploring_costs_too_much(max_new_tokens):
                 return self._decide(0, None, Path.CLOUD_ONLY, self.predicted_speculative(), cloud, "draft unpromising")
-            # The last passage went badly, the draft's long run did not: a new text may suit it
-            # (one text's acceptance says little of the next one's); its second round tells.
+            # The last text went badly, enough earlier ones did not: a new text may suit the
+            # draft (one text's acceptance says little of the next one's); its second round tells.
             spec = self.predicted_speculative(tau=max_k + 1.0)
-            return self._decide(0, None, Path.SPECULATIVE, spec, cloud, f"a new text: the long run can win (P {long_run:.2f})")
+            return self._decide(0, None, Path.SPECULATIVE, spec, cloud, f"a new text: earlier texts say it can win (P {chance:.2f})")
         if self.drafts_observed() >= self.ENTER_DRAFTS:  # a request's start costs no switch: the forecast decides
             spec, why = self.predicted_speculative(), "predicted"
         else:  # acceptance is unknown until measured: explore unless an always-right draft would lose
@@ -285,10 +288,10 @@ class Planner(Forecast):
             return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "nothing measured: speculate, and learn")
         # Speculation pays one more round trip to start (the Open, then the first verdict).
         faster = 2 * rtt + max_new_tokens * spec <= rtt + max_new_tokens * cloud
-        if not faster and (self.long_run_chance_to_win() or 0.0) >= 0.5 and not self.exploring_costs_too_much(max_new_tokens):
+        if not faster and (self.new_text_chance_to_win() or 0.0) >= 0.5 and not self.exploring_costs_too_much(max_new_tokens):
             # The forecast leans on the last text; over texts the draft wins more often than not,
             # and trying costs little here: a new text gets its own first rounds.
-            return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "a new text: the long run can win, trying costs little")
+            return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "a new text: most texts win, trying costs little")
         return self._decide(0, None, Path.SPECULATIVE if faster else Path.CLOUD_ONLY, spec, cloud, why)
 
     def exploring_costs_too_much(self, max_new_tokens: int) -> bool:
@@ -316,9 +319,10 @@ class Planner(Forecast):
         if current is Path.SPECULATIVE:
             if self._segment_rounds >= 2 and self.hopeless():
                 return bool(self._decide(at, current, other, forecast, cloud, "hopeless: not even an always-right draft wins"))
-            if 2 <= self._segment_rounds < self.MIN_ROUNDS and self.unpromising():  # (later: its measured rate decides)
+            # (on this text's own rounds: the last text's would end every new one that follows a hard one)
+            if 2 <= self._segment_rounds < self.MIN_ROUNDS and self.unpromising(this_text=True):  # (later: its measured rate decides)
                 if remaining * (forecast - cloud) > 2 * self.switch_cost_ms():
-                    return bool(self._decide(at, current, other, forecast, cloud, f"unpromising: P(win) {self.chance_to_win():.2f}"))
+                    return bool(self._decide(at, current, other, forecast, cloud, f"unpromising: P(win) {self.text_chance_to_win():.2f}"))
                 return False
             if self._segment_rounds < self.MIN_ROUNDS:
                 return False
@@ -353,9 +357,10 @@ class Planner(Forecast):
         row happen one time in nine to a draft right 88% of the time)."""
         return self.drafts_observed() >= self.ENTER_DRAFTS and (self.chance_to_win() or 0.0) >= self.ENTER_CHANCE
 
-    def unpromising(self) -> bool:
-        """Whether the draft has less than ``WIN_CHANCE`` of being able to win here."""
-        chance = self.chance_to_win()
+    def unpromising(self, *, this_text: bool = False) -> bool:
+        """Whether the draft has less than ``WIN_CHANCE`` of being able to win here (over the
+        last rounds, or ``this_text``'s own)."""
+        chance = self.text_chance_to_win() if this_text else self.chance_to_win()
         return chance is not None and chance < self.WIN_CHANCE
 
     def shadow_wanted(self, tokens: int) -> bool:

@@ -23,6 +23,7 @@ from edgespec.cloud.bench.connection import connection_to
 from edgespec.cloud.bench.harness import SPECULATION_ONLY
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.draft import DraftModel
+from edgespec.edge import loop as sdk_loop
 
 
 @dataclass
@@ -71,7 +72,7 @@ def measure(server: str, draft_dir: Path, prompts: list[str], sessions: int, par
             for cloud_only in ((True, False) if first_cloud else (False, True))
         }
 
-    arms = asyncio.run(both_arms())
+    arms = sdk_loop.run(both_arms())
     (spec, spec_wall), (cloud, cloud_wall) = arms[False], arms[True]
     batches = [b for r in spec for b in r.stats.server_batch_sizes] or [0]
     rounds = sum(r.stats.rounds for r in spec)

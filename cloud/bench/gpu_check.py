@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from edgespec.cloud.bench.harness import free_port
-    from edgespec.cloud.serving.app import APP_NAME, init_ray, serve_verifier
+    from edgespec.cloud.serving.app import APP_NAME, init_ray, serve_verifier, stop_serving
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
     started = time.perf_counter()
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             failures += asyncio.run(check_target(name, path, address, args))
             serve.delete(APP_NAME)
     finally:
-        serve.shutdown()
+        stop_serving()  # (not serve.shutdown(): it waits 30 s on HAProxy's controller)
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"gpu_check: {'FAILED' if failures else 'passed'} in {time.perf_counter() - started:.0f}s")

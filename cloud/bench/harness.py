@@ -173,9 +173,11 @@ class Harness:
         if self.link:
             self.link.close()
         if self.started_serve:
-            from ray import serve
+            # Ray down, then its HAProxy: seconds, no "Controller failed to shut down" (Serve's
+            # own shutdown waits 30 s on HAProxy's controller).
+            from edgespec.cloud.serving.app import stop_serving
 
-            serve.shutdown()
+            stop_serving()
 
     def __enter__(self) -> "Harness":
         return self

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgespec.cloud.serving.ingress import INGRESSES
+from edgespec.edge import loop as sdk_loop
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def raw_rounds(address: str, fingerprint: str, vocab: int, k: int, rounds: int, 
         await asyncio.gather(*(_raw_session(address, fingerprint, vocab, k, rounds, s, out, prompt_len) for s in range(sessions)))
 
     started = time.perf_counter()
-    asyncio.run(run_all())
+    sdk_loop.run(run_all())
     wall = time.perf_counter() - started
     by_batch: dict[int, list[float]] = {}
     for batch, verify_ms in zip(out["batch"], out["verify_ms"]):

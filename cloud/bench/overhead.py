@@ -23,6 +23,7 @@ from typing import Callable
 import grpc
 
 from edgespec.cloud.serving.cpu_ledger import PHASES
+from edgespec.edge import loop as sdk_loop
 
 
 def build_featherweight_target(out: Path) -> Path:
@@ -95,7 +96,7 @@ async def _drive(address: str, sessions: int, k: int, warmup: int, rounds: int, 
 
 def measure(address: str, sessions: int, k: int, warmup: int, rounds: int, read_stats: Callable[[], dict]) -> dict:
     """Runs the sessions; returns per-message CPU (us) by phase, ``ingress`` the rest, and ``total``."""
-    result = asyncio.run(_drive(address, sessions, k, warmup, rounds, read_stats))
+    result = sdk_loop.run(_drive(address, sessions, k, warmup, rounds, read_stats))
     before, after = result["before"], result["after"]
     messages = after["messages"] - before["messages"]
     phase_us = {name: (after["phases"].get(name, 0) - before["phases"].get(name, 0)) / messages / 1000 for name in PHASES}
@@ -112,7 +113,7 @@ def run_overhead(*, sessions: int, rounds: int, k: int, work: Path, progress: Ca
 
     torch.set_num_threads(1)
     from edgespec.cloud.bench.harness import free_port
-    from edgespec.cloud.serving.app import APP_NAME, init_ray, serve_verifier
+    from edgespec.cloud.serving.app import APP_NAME, init_ray, serve_verifier, stop_serving
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
     target = build_featherweight_target(work / "featherweight-target")
@@ -129,7 +130,7 @@ def run_overhead(*, sessions: int, rounds: int, k: int, work: Path, progress: Ca
         result = measure(address, sessions, k, warmup=5, rounds=rounds,
                          read_stats=lambda: handle.cpu_stats.remote().result(timeout_s=60))
     finally:
-        serve.shutdown()
+        stop_serving()  # (not serve.shutdown(): it waits 30 s on HAProxy's controller)
     phases = result["phases"]
     progress(f"overhead: {sessions} sessions x {rounds} rounds, k={k}, 1-layer 16-wide target, {result['messages']} verify "
              f"messages, mean batch {result['batch_mean']:.1f}, {result['messages_per_s']:.0f} messages/s")

@@ -29,6 +29,7 @@ from edgespec.edge.params import Mode, SamplingParams
 from edgespec.edge.wire import generate_request, open_request
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
+from edgespec.edge import loop as sdk_loop
 
 
 GREEDY = SamplingParams()
@@ -162,7 +163,7 @@ def raw_streams(address: str, fingerprint: str, scripts: list[Script], *, at_onc
     ``gaps`` every later reply's (batch_size, step_ms, ms since the stream's previous reply)."""
     metadata = connection_to(address).metadata()
     if at_once:
-        return asyncio.run(_at_once(address, scripts,
+        return sdk_loop.run(_at_once(address, scripts,
                                     lambda stub, script: _cloud_only(stub, fingerprint, script, metadata, steps, gaps)))[0]
 
     async def run():
@@ -171,7 +172,7 @@ def raw_streams(address: str, fingerprint: str, scripts: list[Script], *, at_onc
             stub = pb_grpc.SpeculativeStub(channel)
             return [await _cloud_only(stub, fingerprint, script, metadata, steps, gaps) for script in scripts]
 
-    return asyncio.run(run())
+    return sdk_loop.run(run())
 
 
 async def _at_once(address: str, scripts: list[Script], call) -> tuple[list, float]:
@@ -203,7 +204,7 @@ def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessio
         order = (False, True) if cloud_first else (True, False)
         return {speculative: await arm(speculative) for speculative in order}
 
-    arms = asyncio.run(both())
+    arms = sdk_loop.run(both())
     (spec, spec_wall), (cloud, cloud_wall) = arms[True], arms[False]
     spec_tokens = sum(r[0] for r in spec)
     rounds = sum(r[1] for r in spec)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgespec.cloud.bench.ingress import percentile
+from edgespec.edge import loop as sdk_loop
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def run_load(config: LoadConfig, progress: Callable[[str], None] = print) -> dic
                                  config.rounds, i, metadata) for i in range(config.sessions)))
 
         started = time.perf_counter()
-        outputs = asyncio.run(all_sessions())
+        outputs = sdk_loop.run(all_sessions())
         wall = time.perf_counter() - started
         phase[0] = "after"
         time.sleep(5)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from helpers import PROMPTS
@@ -92,3 +95,29 @@ def test_bench_planner(server, prompt_file, tmp_path):
     assert row["cloud_only_ms"] > 0 and row["auto_ms"] > 0 and row["auto_over_best"] > 0
     assert len(row["switch_logs"]) == 2 and all(log and log[0]["from_path"] is None for log in row["switch_logs"])
     assert "k=auto / faster" in (out / "planner.md").read_text()
+
+
+# Raw bidi sessions run again and again (a benchmark's calibration) while a client stays open:
+# on an asyncio.run loop per step each closed loop got late gRPC completions, printed as
+# "Exception in callback PollerCompletionQueue._handle_events ... Event loop is closed" (14
+# times in this script); on the SDK's shared loop (edgespec.edge.loop) none.
+NO_CLOSED_LOOP_SCRIPT = textwrap.dedent("""
+    import sys
+    from edgespec.cloud.bench.ingress import raw_rounds
+    from edgespec.edge.client import EdgeClient
+
+    address, draft = sys.argv[1:3]
+    with EdgeClient(address, draft) as kept:
+        fingerprint = kept.info().tokenizer_fingerprint
+        kept.generate("hello", max_new_tokens=4)
+        for _ in range(6):
+            raw_rounds(address, fingerprint, vocab=100, k=8, rounds=20, sessions=16)
+    print("done")
+""")
+
+
+def test_benchmark_steps_print_no_closed_loop_errors(server):
+    done = subprocess.run([sys.executable, "-c", NO_CLOSED_LOOP_SCRIPT, server.address, str(server.pair.draft_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-3000:]
+    assert "Event loop is closed" not in done.stderr, done.stderr[-3000:]

@@ -58,6 +58,9 @@ class FakeCluster:
             # Rehearsal speed: replicas report their ongoing requests every second, so the
             # autoscaler reacts in seconds rather than tens of seconds.
             "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1",
+            # ...and the cluster autoscaler looks every second, not every 5 s, when it adds and
+            # removes "GPU" nodes.
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
         }
         self.gcs, self.dashboard, self.grpc_port = free_port(), free_port(), free_port()
         self.cluster_id = f"{os.getpid()}-{self.gcs}"

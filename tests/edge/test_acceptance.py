@@ -31,3 +31,20 @@ def test_break_even_is_where_a_round_commits_the_tokens_needed():
     assert expected_tokens(a, 16) == pytest.approx(2.5)
     assert break_even(0.8, 16) == 0.0  # one token a round already wins
     assert break_even(17.0, 16) == 1.0  # not even a draft that is always right
+
+
+def test_a_new_texts_chance_is_the_share_of_texts_that_reached_it():
+    from edgespec.edge.acceptance import TEXT_DRAFTS, Acceptance
+
+    acc = Acceptance()
+    assert acc.new_text_chance_at_least(0.5) is None  # no text ended yet
+    for accepted in (4, 4, 0):  # two texts at 0.8 a draft (4 of 5 each round), one at 0 (1 reached a round)
+        for _ in range(8):
+            acc.add(accepted, 5)
+        acc.end_text()
+    assert list(acc.texts) == pytest.approx([0.8, 0.8, 0.0])
+    assert acc.new_text_chance_at_least(0.5) == pytest.approx(2 / 3)
+    assert acc.new_text_chance_at_least(0.9) == 0.0
+    acc.add(0, 2)  # a text of fewer than TEXT_DRAFTS drafts observed does not count
+    acc.end_text()
+    assert len(acc.texts) == 3 and TEXT_DRAFTS > 2

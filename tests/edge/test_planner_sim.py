@@ -115,6 +115,23 @@ def test_a_new_text_after_a_hard_one_gets_its_own_first_rounds():
         assert run.switches[0].to_path == "speculative" and run.speculative_tokens() >= 120, [r.segments for r in runs]
 
 
+def test_after_a_hard_sampled_text_the_next_one_speculates_when_earlier_texts_won():
+    """Sampled at a moderate acceptance, a hard text that speculates to its end fills the last
+    rounds with rejections: pooled, they said the draft could not win, and the next texts
+    streamed (bench planner on loopback at T=0.8: three texts after a hard one at 0.8x the
+    faster arm). Whether a new text can win is what earlier texts did: two of three won, so
+    it speculates from its start."""
+    def chance(position: int) -> float:
+        return 0.2 if 256 <= position < 384 else 0.7  # two fair texts, a hard one, fair ones again
+
+    w = world(0.3, bernoulli_hits(chance, seed=3), chances=chance, forward_ms=10.0, forward_per_draft_ms=0.5, decode_ms=8.0)
+    sim = Sim(w, sampled=True)
+    runs = [sim.generate(128) for _ in range(5)]
+    assert "earlier texts" in runs[3].switches[0].reason, runs[3].switches
+    for run in runs[3:]:
+        assert run.switches[0].to_path == "speculative" and run.speculative_tokens() >= 100, [r.segments for r in runs]
+
+
 def test_sampled_requests_come_back_from_a_slow_link():
     """Sampled: the shadow reports each streamed token's acceptance chance, not a hit; the way
     back to speculation is the greedy one."""
