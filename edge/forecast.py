@@ -69,13 +69,16 @@ class Forecast:
         time, but no more than ``depth`` blocks travel in one round trip. None until the round
         trip and the forward are known."""
         def compute() -> list[tuple[float, float]] | None:
+            rtt = self.est.rtt_ms.value
+            if rtt is None or self.est.forward_ms.value is None:
+                return None
             depth, ahead = self.depth(), self.est.chain_valid is not None
             out = []
             for k in range(1, self._max_k + 1):
-                fresh, verify = self.fresh_round_ms(k), self.verify_ms(k)
-                if fresh is None or verify is None:
-                    return None  # (at every k alike: the round trip or the forward is unknown)
-                held = max(verify + self.device_ms(k), fresh / depth) if ahead and depth > 1 else fresh
+                verify, device = self.verify_ms(k), self.device_ms(k)  # (fresh_round_ms, each fitted once)
+                assert verify is not None
+                fresh = rtt + verify + device
+                held = max(verify + device, fresh / depth) if ahead and depth > 1 else fresh
                 out.append((fresh, held))
             return out
         return self._cached("costs", compute)

@@ -48,3 +48,33 @@ def test_a_new_texts_chance_is_the_share_of_texts_that_reached_it():
     acc.add(0, 2)  # a text of fewer than TEXT_DRAFTS drafts observed does not count
     acc.end_text()
     assert len(acc.texts) == 3 and TEXT_DRAFTS > 2
+
+
+def test_acceptance_by_position_kept_as_rounds_come_and_go_equals_summing_them():
+    """The running sums (rounds leaving the recent window and the history) give what summing
+    every kept round again gives, over verified and replayed (fractional) rounds alike."""
+    import random
+
+    from edgespec.edge.acceptance import PRIOR, ROUNDS, SHRINK
+
+    def summed(acc, k):
+        reached, accepted = [0.0] * k, [0.0] * k
+        history = list(acc.history)
+        for r, a in history + history[-ROUNDS:]:
+            for i in range(min(k, len(r))):
+                reached[i] += r[i]
+            for i in range(min(k, len(a))):
+                accepted[i] += a[i]
+        mean = (sum(accepted) + PRIOR) / (sum(reached) + 2 * PRIOR)
+        return [min((accepted[i] + SHRINK * mean) / (reached[i] + SHRINK), 0.995) for i in range(k)]
+
+    rng, acc = random.Random(1), Acceptance()
+    for _ in range(600):
+        k = rng.randint(1, 16)
+        if rng.random() < 0.5:
+            acc.add(rng.randint(0, k), k)
+        else:
+            reached = [rng.random() for _ in range(k)]
+            acc.add_counts(reached, [x * rng.random() for x in reached])
+        for kk in (1, 5, 17):
+            assert acc.by_position(kk) == pytest.approx(summed(acc, kk), abs=1e-9)
