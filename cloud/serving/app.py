@@ -155,6 +155,10 @@ def init_ray(
             _haproxy = haproxy or HAProxyOwner.claim()
             os.environ.update(_haproxy.environment())
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray waits 30 s for a local head's GCS to bind its port; on a busy machine (2 cores, Ray
+    # processes of the instance before still exiting) that start once took longer, and the
+    # serve failed. Waiting longer costs nothing when the GCS is quick.
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     _joined_cluster = bool(address)
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
