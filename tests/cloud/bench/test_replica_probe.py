@@ -45,13 +45,15 @@ def test_probes_around_a_stretch_pool_their_replies():
 def test_calibration_now_scales_the_batch_curve_and_takes_the_probes_stream_costs():
     cells = {(1, 2): 21.0, (1, 5): 26.0, (16, 2): 110.0, (16, 5): 150.0}
     base, now = _probe(20.0, 125.0), _probe(18.0, 100.0, message=0.2, latency=0.7)
-    calibration = Calibration(source="t", verify=VerifyModel(a_ms=1.0), ingress_ms_per_round_message=1.0)
+    calibration = Calibration(source="t", verify=VerifyModel(a_ms=1.0), ingress_ms_per_round_message=1.0,
+                              round_overhead_ms=5.0)
     moved = calibration_now(calibration, cells, base, now)
     assert moved.verify(1, 1) == pytest.approx(18.0) and moved.verify(16, 1) == pytest.approx(100.0)
     assert moved.verify(1, 5) == pytest.approx(26.0 * 0.9) and moved.verify(16, 5) == pytest.approx(150.0 * 0.8)
     assert moved.ingress_ms_per_stream_message == pytest.approx(0.2) and moved.stream_overhead_ms == pytest.approx(0.7)
     assert moved.prefill_ms == pytest.approx(now.prefill_ms)
     assert moved.ingress_ms_per_round_message == 1.0  # what the probe does not read stays as calibrated
+    assert moved.round_overhead_ms == pytest.approx(5.0 * 18.0 / 20.0)  # a round's own latency moves as the lone step
 
 
 def test_a_first_token_splits_into_the_calls_setup_and_the_prefill_by_one_token_prompts():
