@@ -287,7 +287,7 @@ class VerifierDeployment:
 
     async def Generate(self, request: pb.GenerateRequest, grpc_context=None):
         session: SessionState | None = None
-        key = None
+        key, released = None, False
         try:
             key = self._authenticate(grpc_context)
             request = _checked(request, "GenerateRequest")
@@ -297,6 +297,12 @@ class VerifierDeployment:
                 verdict = await self.batches.submit(VerifyItem(session, None))
                 self.admission.quotas.charge(key, verdict.emitted)
                 moving = self._moving(verdict.finish is not Finish.NONE, generate=True)
+                if session.finished and not moving:
+                    # Free the slot before the last token leaves: a device that opens its next
+                    # request the moment this one ends must find it free (a key limited to one
+                    # session was refused "1 open sessions" when it raced the generator's end).
+                    self._release(session)
+                    released = True
                 yield codec.generate_reply_to_proto(verdict, draining=moving)
                 if moving:
                     raise draining_error()
@@ -305,7 +311,7 @@ class VerifierDeployment:
                 raise
             raise self._status(grpc_context, exc, "generate", key) from None
         finally:
-            if session is not None:
+            if session is not None and not released:
                 self._release(session)
 
     # ---- unary calls ---------------------------------------------------------------------
