@@ -5,9 +5,10 @@ and a completion that arrives after its loop was closed (a channel's close finis
 cancelled call's last event) is delivered to that closed loop: "Exception in callback
 PollerCompletionQueue._handle_events ... Event loop is closed", printed once per late event
 (grpc/grpc#25364, #34139). A loop per client, or an ``asyncio.run`` per benchmark step, closes a
-loop each time. Here the blocking client (``EdgeClient``), the fleet and the benchmarks submit
-their coroutines to one loop that is never closed while the process lives, so no completion
-can outlive its loop.
+loop each time. Here the blocking client (``EdgeClient``) and the benchmarks' async steps
+submit their coroutines to one loop that is never closed while the process lives, so no
+completion can outlive its loop. (``cloud.bench.fleet.Fleet`` keeps a loop of its own, which
+it stops but never closes.)
 """
 
 from __future__ import annotations

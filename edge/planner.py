@@ -31,9 +31,9 @@ streams and lets the shadow judge the draft at no risk. Texts differ (one prompt
 says little of the next one's), so where exploring is that cheap a new request also tries
 speculation when the last text left the draft unpromising or the forecast behind, as long as
 enough earlier texts won (``new_text_chance_to_win``: the share of texts whose acceptance
-reached a*; pooled rounds would say only what the mean text does); its second round tells. It switches, in either direction, when
-the other path's prediction beats the current one by ``margin`` and the remaining tokens repay
-two switches; leaving speculation takes the better of its measured rate and the forecast
+reached a*; pooled rounds would say only what the mean text does); its second round tells.
+It switches, in either direction, when the other path's prediction beats the current one by
+``margin`` and the remaining tokens repay two switches; leaving speculation takes the better of its measured rate and the forecast
 (a hard passage does not last), entering it a forecast resting on at least ``ENTER_DRAFTS``
 observed drafts and a chance of ``ENTER_CHANCE`` that the draft can win (a run of lucky
 tokens is no proof).
