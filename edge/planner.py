@@ -33,10 +33,10 @@ speculation when the last text left the draft unpromising or the forecast behind
 enough earlier texts won (``new_text_chance_to_win``: the share of texts whose acceptance
 reached a*; pooled rounds would say only what the mean text does); its second round tells.
 It switches, in either direction, when the other path's prediction beats the current one by
-``margin`` and the remaining tokens repay two switches; leaving speculation takes the better of its measured rate and the forecast
-(a hard passage does not last), entering it a forecast resting on at least ``ENTER_DRAFTS``
-observed drafts and a chance of ``ENTER_CHANCE`` that the draft can win (a run of lucky
-tokens is no proof).
+``margin`` and the remaining tokens repay two switches; leaving speculation takes the better of
+its measured rate and the forecast (a hard passage does not last), entering it a forecast
+resting on at least ``ENTER_DRAFTS`` observed drafts and a chance of ``ENTER_CHANCE`` that the
+draft can win (a run of lucky tokens is no proof).
 
 A hopeless draft is left fast, a good one that started slowly is not. Every round (and every
 round replayed over a stream) is evidence on the per-position acceptance a; with Jeffreys'
