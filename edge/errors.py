@@ -130,11 +130,18 @@ def status_error(code: grpc.StatusCode, details: str) -> ServerError:
     return _BY_CODE.get(code, InternalServerError)(code, details)
 
 
+# What grpc's core sets on a call whose send failed on this side (the connection broke under the
+# write: grpc.aio gives the call this INTERNAL status). No server said it: the link went away.
+LOCAL_SEND_FAILURE = "Internal error from Core"
+
+
 def from_rpc_error(error: grpc.RpcError) -> EdgespecError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else "") or str(error)
     if code == grpc.StatusCode.UNAVAILABLE:
         return ConnectionFailedError(f"server unavailable: {details}")
+    if code == grpc.StatusCode.INTERNAL and details == LOCAL_SEND_FAILURE:
+        return ConnectionFailedError("the connection broke while sending (grpc: Internal error from Core)")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimeoutError(f"request timed out: {details}")
     return status_error(code, details)

@@ -7,7 +7,14 @@ import asyncio
 import grpc
 import pytest
 
-from edgespec.edge.errors import CapacityError, InvalidRequestError, RequestTimeoutError, is_retryable
+from edgespec.edge.errors import (
+    CapacityError,
+    ConnectionFailedError,
+    InternalServerError,
+    InvalidRequestError,
+    RequestTimeoutError,
+    is_retryable,
+)
 from edgespec.edge.stats import RequestStats
 from edgespec.edge.transport import Retries, SessionStream, StreamEnded, backoff_s
 from edgespec.edge.wire import GRPC_FRAME_HEADER
@@ -273,3 +280,17 @@ def test_reconnect_moves_later_calls_to_a_new_channel_and_retires_the_old_one():
 
     first = asyncio.run(scenario())
     assert first.closed and Channel.made == 3
+
+
+def test_a_send_that_failed_in_grpcs_core_is_a_lost_connection_not_a_server_error():
+    """grpc.aio marks a call whose write failed on a cut connection INTERNAL "Internal error from
+    Core"; with no retries left the SDK raises ConnectionFailedError (the server never said it)."""
+    cut = grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(),
+        "Internal error from Core", 'Failed "execute_batch": (SendMessageOperation,)')
+    with pytest.raises(ConnectionFailedError, match="connection broke while sending"):
+        Retries(0, 1.0).decide(cut)
+    server_side = grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "verifier crashed")
+    with pytest.raises(InternalServerError):
+        Retries(0, 1.0).decide(server_side)
