@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.params import Mode, SamplingParams
@@ -57,6 +60,7 @@ class ReplayRow:
     exact: bool  # every replayed session committed exactly the target's output
     cloud_only_batch_mean: float = 0.0  # the replica's decoding batches (GenerateResponse.batch_size)
     cloud_only_step_ms: float = 0.0  # their mean step (GenerateResponse.step_ms), per forward
+    cloud_only_step_median_ms: float = 0.0  # the median reply's step at the most common batch (as probes read it)
 
     @property
     def gain(self) -> float:
@@ -189,8 +193,10 @@ async def _at_once(address: str, scripts: list[Script], call) -> tuple[list, flo
 
 
 def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessions: int, k: int, *,
-                   api_key: str | None = None, cloud_first: bool = True) -> ReplayRow:
-    """``sessions`` replayed devices at once, then (or first) as many cloud-only streams."""
+                   api_key: str | None = None, cloud_first: bool = True,
+                   between: Callable[[], object] | None = None) -> ReplayRow:
+    """``sessions`` replayed devices at once, then (or first) as many cloud-only streams;
+    ``between``, if given, is called between the two arms (a probe of the replica's load)."""
     metadata = (("authorization", f"Bearer {api_key}"),) if api_key else connection_to(address).metadata()
     chosen = [scripts[i % len(scripts)] for i in range(sessions)]
     steps: list[tuple[int, float]] = []
@@ -200,11 +206,11 @@ def measure_replay(address: str, fingerprint: str, scripts: list[Script], sessio
             return await _at_once(address, chosen, lambda stub, script: _speculative(stub, fingerprint, script, k, metadata))
         return await _at_once(address, chosen, lambda stub, script: _cloud_only(stub, fingerprint, script, metadata, steps))
 
-    async def both():
-        order = (False, True) if cloud_first else (True, False)
-        return {speculative: await arm(speculative) for speculative in order}
-
-    arms = sdk_loop.run(both())
+    arms = {}
+    for i, speculative in enumerate((False, True) if cloud_first else (True, False)):
+        if i and between is not None:
+            between()
+        arms[speculative] = sdk_loop.run(arm(speculative))
     (spec, spec_wall), (cloud, cloud_wall) = arms[True], arms[False]
     spec_tokens = sum(r[0] for r in spec)
     rounds = sum(r[1] for r in spec)
@@ -227,5 +233,8 @@ def _forward_means(steps: list[tuple[int, float]]) -> dict[str, float]:
     forwards = sum(1.0 / b for b, _ in steps if b > 0)
     if not forwards:
         return {}
+    counts = Counter(b for b, _ in steps if b > 0)
+    common = max(counts, key=lambda b: (counts[b], b))
     return {"cloud_only_batch_mean": sum(1.0 for b, _ in steps if b > 0) / forwards,
-            "cloud_only_step_ms": sum(ms / b for b, ms in steps if b > 0) / forwards}
+            "cloud_only_step_ms": sum(ms / b for b, ms in steps if b > 0) / forwards,
+            "cloud_only_step_median_ms": statistics.median(ms for b, ms in steps if b == common)}

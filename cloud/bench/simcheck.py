@@ -61,7 +61,7 @@ from edgespec.cloud.bench.replay import acceptance_by_position, make_scripts, me
 from edgespec.cloud.link.profiles import LinkProfile, get_profile
 from edgespec.cloud.simulate.calibration import Calibration
 from edgespec.cloud.simulate.config import FleetConfig
-from edgespec.cloud.simulate.engine import simulate
+from edgespec.cloud.simulate.engine import CLOUD_ONLY, simulate, simulate_path
 
 PROFILES = ("loopback", "lan", "wifi", "5g", "4g", "satellite")
 CELLS = ("spec_1", "cloud_1", "spec_n", "cloud_n")
@@ -211,8 +211,9 @@ def measure_profile(harness: Harness, profile: LinkProfile, scripts, *, sessions
     replayed devices and raw Generate streams). ``probes``: the replica's load read around
     them, through the same link (``probe.py``; ``link_ms``: the round trip it models): a lone
     raw stream after each prompt's pair of 1-session runs, and a probe (1 lone stream, N at
-    once) just before and just after the N-session cells; ``"replies"`` then holds what each
-    group of cells is calibrated from."""
+    once) before the N-session cloud-only arm, between it and the speculative arm, and after
+    that; ``"replies"`` then holds what each group of cells is calibrated from (an N-session
+    cell: the probes on either side of it)."""
     params = dict(max_new_tokens=max_new_tokens, k=k, send_ahead=1, stop_token_ids=(), seed=seed)
     fingerprint = harness.info.tokenizer_fingerprint
     by_prompt = {tuple(script.prompt_ids): script for script in scripts}
@@ -228,9 +229,14 @@ def measure_profile(harness: Harness, profile: LinkProfile, scripts, *, sessions
     def probe() -> ProbeReplies:
         return probe_replica(harness.address, fingerprint, scripts, sessions, lone=1, link_ms=link_ms) if probes else ProbeReplies()
 
+    # Each N-session arm between two probes (the load drifts by tens of percent over minutes
+    # on shared cores): a probe, the cloud-only arm, a probe, the speculative arm, a probe.
+    middle: list[ProbeReplies] = []
     before = probe()
-    many = measure_replay(harness.address, fingerprint, scripts, sessions, k, cloud_first=True)
+    many = measure_replay(harness.address, fingerprint, scripts, sessions, k, cloud_first=True,
+                          between=lambda: middle.append(probe()))
     after = probe()
+    between = middle[0] if middle else ProbeReplies()
     # The median prompt: a burst of load elsewhere on the shared cores during one prompt's run
     # (seconds) moves a mean of a few by tens of percent.
     measured = {
@@ -248,14 +254,19 @@ def measure_profile(harness: Harness, profile: LinkProfile, scripts, *, sessions
     if probes:
         # The 1-session cells: the lone streams between them (the bursts only for the stream's
         # ingress split); the N-session cells: the probes around them, and the lone streams.
-        row["replies"] = {"one": lone + (before + after).only_burst(), "many": lone + before + after}
+        row["replies"] = {"one": lone + (before + between + after).only_burst(), "spec_n": lone + between + after,
+                          "cloud_n": lone + before + between}
+        row["probes"] = {name: ReplicaProbe.from_replies(replies).to_dict()
+                         for name, replies in (("before", before), ("between", between), ("after", after))}
     return row
 
 
 def predict_profile(profile: LinkProfile, calibration: Calibration, replayed: Calibration, scripts, measured: dict, *,
-                    sessions: int, k: int, max_new_tokens: int, seed: int = 0) -> dict:
+                    sessions: int, k: int, max_new_tokens: int, seed: int = 0,
+                    replayed_cloud: Calibration | None = None) -> dict:
     """The four cells of one link simulated (``calibration`` for the real client, ``replayed``
-    for the replayed devices), next to ``measured`` (``measure_profile``'s)."""
+    for the replayed devices; ``replayed_cloud``, if given, for the N cloud-only streams, which
+    ran at another moment's load), next to ``measured`` (``measure_profile``'s)."""
     # The simulator is given the workload's acceptance (what the cells' own drafts meet at this
     # k: the first prompts for 1 session, the replay's cycle for N), so the cells check timing.
     by_prompt = {tuple(script.prompt_ids): script for script in scripts}
@@ -270,6 +281,11 @@ def predict_profile(profile: LinkProfile, calibration: Calibration, replayed: Ca
         simulated[label] = {"speculative_batch_mean": result.speculative.mean_batch_size,
                             "cloud_only_batch_mean": result.cloud_only.mean_batch_size,
                             "acceptance_length": result.speculative.acceptance_length}
+    if replayed_cloud is not None:
+        fleet = FleetConfig(devices=sessions, link_mix=profile, k=k, tokens_per_device=max_new_tokens, seed=seed)
+        cloud_n = simulate_path(fleet, replace(replayed_cloud, acceptance=replayed.acceptance), CLOUD_ONLY)
+        predicted["cloud_n"] = cloud_n.mean_ms_per_token
+        simulated["n"]["cloud_only_batch_mean"] = cloud_n.mean_batch_size
     # The 1-session speculative cell is the median prompt (``measure_profile``), and prompts
     # differ in acceptance far more than in anything else: each prompt is simulated with its
     # own acceptance, and the median of those is the prediction.
@@ -320,13 +336,16 @@ def run_simcheck(config: SimcheckConfig, out: Path, progress: Callable[[str], No
                                   seed=config.seed, probes=True,
                                   link_ms=link_round_trip_ms(profile, calibration.open_bytes, calibration.down_bytes_per_token))
             replies = row.pop("replies")
-            one, many = ReplicaProbe.from_replies(replies["one"]), ReplicaProbe.from_replies(replies["many"])
-            progress(f"  {describe(one, '1 session')}; {describe(many, f'{config.sessions} sessions')}")
-            moment = (calibration_now(calibration, details["cells"], base, one, client_stream_ms=details["client_stream_ms"]),
-                      calibration_now(replayed, details["cells"], base, many))
-            row |= predict_profile(profile, *moment, scripts, row, sessions=config.sessions, k=config.k,
-                                   max_new_tokens=config.max_new_tokens, seed=config.seed)
-            row |= {"profile": name, "link_fixed_ms": fixed, "load": {"1": one.to_dict(), "n": many.to_dict()}}
+            one, spec_n, cloud_n = (ReplicaProbe.from_replies(replies[key]) for key in ("one", "spec_n", "cloud_n"))
+            progress(f"  {describe(one, '1 session')}; {describe(cloud_n, f'{config.sessions} streams')}; "
+                     f"{describe(spec_n, f'{config.sessions} speculative sessions')}")
+            row |= predict_profile(
+                profile, calibration_now(calibration, details["cells"], base, one, client_stream_ms=details["client_stream_ms"]),
+                calibration_now(replayed, details["cells"], base, spec_n), scripts, row, sessions=config.sessions, k=config.k,
+                max_new_tokens=config.max_new_tokens, seed=config.seed,
+                replayed_cloud=calibration_now(replayed, details["cells"], base, cloud_n))
+            row |= {"profile": name, "link_fixed_ms": fixed,
+                    "load": {"1": one.to_dict(), "n": spec_n.to_dict(), "cloud_n": cloud_n.to_dict()}}
             rows.append(row)
             progress("  " + ", ".join(f"{key} {row['measured'][key]:.1f} vs {row['predicted'][key]:.1f} ({row['errors'][key]:+.0%})"
                                       for key in CELLS))
@@ -382,8 +401,9 @@ def markdown(report: dict, config: SimcheckConfig) -> str:
         f"replica reported for it) and {replica['client_stream_ms']:.2f} ms per streamed token (less a raw stream's) from "
         "the real client on loopback; each link's fixed cost from raw rounds through it against direct ones just before. "
         "**The load**: around each link's cells, raw streams through the same link (a lone one after each 1-session pair, "
-        f"a lone one and {n} at once just before and just after the {n}-session cells) read the decode steps, the "
-        "streamed token's costs and the prefill again; each group of cells is predicted with those, and the batch curve "
+        f"a lone one and {n} at once before the {n}-session cloud-only arm, between it and the speculative arm, and "
+        "after that) read the decode steps, the streamed token's costs and the prefill again; each group of cells is "
+        "predicted with those on either side of it, and the batch curve "
         "scaled by the decode steps' ratio to the calibration's (columns `load` below).",
         "",
         "| rows \\ tokens per row | " + " | ".join(str(t) for t in verify["tokens_per_row"]) + " |",
@@ -403,7 +423,9 @@ def markdown(report: dict, config: SimcheckConfig) -> str:
                                  ("cloud_1", "cloud-only", 1), ("cloud_n", "cloud-only", n)):
             error = row["errors"][key]
             mark = "" if abs(error) <= TOLERANCE else " **miss**"
-            load = row.get("load", {}).get("1" if count == 1 else "n", {}).get("decode_ms_by_batch", {})
+            loads = row.get("load", {})
+            moment = "1" if count == 1 else "cloud_n" if key == "cloud_n" and "cloud_n" in loads else "n"
+            load = loads.get(moment, {}).get("decode_ms_by_batch", {})
             steps = " / ".join(f"{v:.1f}" for v in load.values()) or "-"
             lines.append(f"| {row['profile']} | {row['link_fixed_ms']:.1f} | {path} | {count} | {steps} | "
                          f"{row['measured'][key]:.1f} | {row['predicted'][key]:.1f} | {error:+.1%}{mark} |")

@@ -89,3 +89,26 @@ def test_the_one_session_speculative_cell_is_predicted_prompt_by_prompt():
     assert per_prompt[0] < per_prompt[2] < per_prompt[1]  # easy, middling, hard
     assert row["predicted"]["spec_1"] == per_prompt[2]  # the median prompt's
     assert row["errors"]["spec_1"] == per_prompt[2] / 5.0 - 1.0
+
+
+def test_the_n_stream_cell_is_predicted_at_its_own_moments_load():
+    """The N-session cloud-only arm runs minutes apart from the speculative one, between its own
+    probes: given their calibration, only the cloud-only N cell's prediction moves."""
+    from dataclasses import replace
+
+    from edgespec.cloud.bench.replay import Script
+    from edgespec.cloud.bench.simcheck import predict_profile
+    from edgespec.cloud.link.profiles import PROFILES
+
+    output = list(range(10, 42))
+    script = Script([1, 2], output, list(output))
+    calibration = Calibration(source="t", draft_ms_per_token=0.5, verify=VerifyModel(a_ms=10.0, b_ms=1.0, c_ms=0.0),
+                              prefill_ms=0.0, ingress_ms_per_round_message=0.0, ingress_ms_per_stream_message=0.0)
+    slower = replace(calibration, verify=VerifyModel(a_ms=20.0, b_ms=2.0, c_ms=0.0))
+    measured = {"measured": {"spec_1": 5.0, "cloud_1": 10.0, "spec_n": 5.0, "cloud_n": 10.0},
+                "single_prompt_ids": [script.prompt_ids]}
+    args = (PROFILES["loopback"], calibration, calibration, [script], measured)
+    same = predict_profile(*args, sessions=4, k=4, max_new_tokens=32)["predicted"]
+    moved = predict_profile(*args, sessions=4, k=4, max_new_tokens=32, replayed_cloud=slower)["predicted"]
+    assert {key: moved[key] for key in ("spec_1", "cloud_1", "spec_n")} == {key: same[key] for key in ("spec_1", "cloud_1", "spec_n")}
+    assert moved["cloud_n"] > 1.5 * same["cloud_n"]
