@@ -33,8 +33,10 @@ speculation when the last text left the draft unpromising or the forecast behind
 enough earlier texts won (``new_text_chance_to_win``: the share of texts whose acceptance
 reached a*; pooled rounds would say only what the mean text does); its second round tells.
 It switches, in either direction, when the other path's prediction beats the current one by
-``margin`` and the remaining tokens repay two switches; leaving speculation takes the better of
-its measured rate and the forecast (a hard passage does not last), entering it a forecast
+``margin`` and the remaining tokens repay two switches; leaving speculation takes the best of
+its measured rate, the forecast and its rate over the segment's last ``PASSAGE_TOKENS`` tokens
+(a hard passage does not last: its rounds are many and short, so the last rounds and the
+forecast, which weighs rounds, describe only the passage), entering it a forecast
 resting on at least ``ENTER_DRAFTS`` observed drafts and a chance of ``ENTER_CHANCE`` that the
 draft can win (a run of lucky tokens is no proof).
 
@@ -77,6 +79,7 @@ It lives as long as the client, so later generations start from what earlier one
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import asdict, dataclass
 from enum import Enum
 
@@ -114,6 +117,7 @@ class Planner(Forecast):
     ENTER_DRAFTS = 32  # ...and after this many drafts observed (verified or replayed)
     WIN_CHANCE = 0.1  # below this posterior chance that the draft can win, speculation is left
     NEW_TEXT_CHANCE = 0.2  # ...and a new text after an unpromising one tries it from this share of texts won
+    PASSAGE_TOKENS = 64  # speculation is left mid-text only when its rate over this many tokens loses too
     # (MIN_ROUNDS, the shadow's and the forecast's own settings: ``forecast.Forecast``)
 
     def __init__(self, mode: str = "auto", *, margin: float = 0.05, max_depth: int = 4):
@@ -129,6 +133,8 @@ class Planner(Forecast):
         self._budget = 0  # the request's max_new_tokens, told by first_path
         self._replay = Replay(self._max_k)
         self._shadow_clock = 0  # streamed tokens while the shadow ran on a share of the stream
+        # this speculative segment's last rounds: (wall ms, tokens); each committed a token at least
+        self._segment_log: deque[tuple[float, int]] = deque(maxlen=self.PASSAGE_TOKENS)
 
     # ---- what was measured ---------------------------------------------------------------
 
@@ -136,6 +142,7 @@ class Planner(Forecast):
         """A new segment starts: its own figures must come in before it is left (a speculative
         segment's rate is its own: the last one's may have been measured on another link)."""
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
+        self._segment_log.clear()
         self._end_replay()
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
@@ -186,6 +193,7 @@ class Planner(Forecast):
                 est.device.add(k, max(wall_ms - wait_ms, 0.0))
         predicted = self.predicted_round_ms(k)
         est.spec.add(wall_ms, tokens)
+        self._segment_log.append((wall_ms, tokens))
         est.round_ms.add(wall_ms, 1)
         if predicted:
             est.bias.add(wall_ms, predicted)
@@ -327,8 +335,10 @@ class Planner(Forecast):
             if self._segment_rounds < self.MIN_ROUNDS:
                 return False
             trimmed = self.est.spec.trimmed  # (None only while it has no sample)
-            measured = trimmed if trimmed is not None and len(self.est.spec) >= self.MIN_ROUNDS else forecast
-            here, there, why = min(measured, forecast), cloud, "cloud-only predicted faster"
+            # (a segment's first round carried the Open and is no rate: from its MIN_ROUNDS-th round
+            # on, MIN_ROUNDS - 1 measured rounds; the forecast alone leans on the texts before)
+            measured = trimmed if trimmed is not None and len(self.est.spec) >= self.MIN_ROUNDS - 1 else forecast
+            here, there, why = min(measured, forecast, self._passage_rate()), cloud, "cloud-only predicted faster"
         else:
             if self._segment_tokens < self.MIN_TOKENS or not self._segment_probes:
                 return False
@@ -342,6 +352,17 @@ class Planner(Forecast):
             spec, cloud_ms = (here, there) if current is Path.SPECULATIVE else (there, here)
             return bool(self._decide(at, current, other, spec, cloud_ms, why))
         return False
+
+    def _passage_rate(self) -> float:
+        """This speculative segment's measured ms/token over its last ``PASSAGE_TOKENS`` tokens
+        (its rounds after the first): a hard passage's rounds are many and short, so the last
+        rounds alone (``est.spec``) describe only the passage, where this spans the text around it."""
+        ms = tokens = 0.0
+        for wall, n in reversed(self._segment_log):
+            ms, tokens = ms + wall, tokens + n
+            if tokens >= self.PASSAGE_TOKENS:
+                break
+        return ms / tokens if tokens else math.inf
 
     def hopeless(self) -> bool:
         """Whether speculation loses to cloud-only by the margin even if every draft of the
