@@ -1,0 +1,71 @@
+"""The planner against scripted texts and links: k=auto over the faster of cloud-only and
+always speculating, per link and per shape of text, with no wall clock (the scripted world of
+``tests/helpers/planner_sim.py``; the same command prints the same figures).
+
+    .venv/bin/python scripts/planner_grid.py [--seeds 8] [--requests 4]
+
+The world is shaped like the demo pair on 2 CPU cores: a stream of 8.5 ms/token (decoding step
+7.5 + 1 per message), a verify forward of 8 ms + 0.3 per draft, 2.5 ms of the device's own time
+per round and 0.3 ms of drafting per token. A text of 128 tokens is easy (the draft right with
+chance ``good``) but for a hard passage (``bad``) over tokens [lo, hi). Each cell: k=auto over
+the faster path (>= 0.95 is the goal), always speculating over cloud-only, and k=auto's switches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from helpers.planner_sim import (Sim, World, always_speculating_ms, bernoulli_hits,  # noqa: E402
+                                 cloud_only_ms, rtt_phases)
+
+LINKS = {"loopback": 0.3, "lan": 1.7, "wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms
+TEXTS = {  # name: (lo, hi, good, bad)
+    "hard 20-60": (20, 60, 0.92, 0.3),
+    "hard 30-50": (30, 50, 0.92, 0.2),
+    "mixed 40-90": (40, 90, 0.9, 0.45),
+    "easy": (0, 0, 0.9, 0.9),
+    "fair": (0, 128, 0.6, 0.6),
+}
+
+
+def cell(rtt: float, text: tuple[int, int, float, float], seeds: int, requests: int) -> tuple[float, float, int]:
+    lo, hi, good, bad = text
+    auto = cloud = spec = 0.0
+    switches = 0
+    for seed in range(seeds):
+        world = World(rtt_ms=rtt_phases((0, rtt)),
+                      hits=bernoulli_hits(lambda p: bad if lo <= p % 128 < hi else good, seed),
+                      forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5,
+                      draft_ms=0.3)
+        sim = Sim(world)
+        for i in range(requests):
+            run = sim.generate(128)
+            auto += run.ms
+            switches += len(run.switches) - 1
+            cloud += cloud_only_ms(world, 128, 128 * i)
+            spec += always_speculating_ms(world, 128, 128 * i)
+    return min(cloud, spec) / auto, cloud / spec, switches
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=8, help="texts drawn per cell")
+    parser.add_argument("--requests", type=int, default=4, help="requests per device (one planner across them)")
+    args = parser.parse_args()
+    print("k=auto / faster (always speculating / cloud-only speed, k=auto's switches)")
+    print(f"{'':10s}" + "".join(f"{name:>26s}" for name in TEXTS))
+    ratios = []
+    for link, rtt in LINKS.items():
+        cells = [cell(rtt, text, args.seeds, args.requests) for text in TEXTS.values()]
+        ratios += [ratio for ratio, _, _ in cells]
+        print(f"{link:10s}" + "".join(f"{f'{r:.3f} ({s:.2f}x, {n} sw)':>26s}" for r, s, n in cells))
+    print(f"mean {sum(ratios) / len(ratios):.3f}, worst {min(ratios):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
