@@ -141,7 +141,7 @@ def from_rpc_error(error: grpc.RpcError) -> EdgespecError:
     if code == grpc.StatusCode.UNAVAILABLE:
         return ConnectionFailedError(f"server unavailable: {details}")
     if code == grpc.StatusCode.INTERNAL and details == LOCAL_SEND_FAILURE:
-        return ConnectionFailedError("the connection broke while sending (grpc: Internal error from Core)")
+        return ConnectionFailedError(f"the connection broke while sending (grpc: {LOCAL_SEND_FAILURE})")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimeoutError(f"request timed out: {details}")
     return status_error(code, details)

@@ -24,11 +24,10 @@ the probes' around them).
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import dataclass, replace
 
 from edgespec.cloud.bench.calibrate import load_scaled_cells, split_stream_ingress, stream_prefill, verify_table
-from edgespec.cloud.bench.replay import Script, raw_streams
+from edgespec.cloud.bench.replay import Script, raw_streams, step_at_common_batch
 from edgespec.cloud.simulate.calibration import Calibration
 
 
@@ -74,10 +73,9 @@ class ReplicaProbe:
         """Medians over every reply given (pooled probes: their replies, not their means)."""
         message_ms, latency_ms = split_stream_ingress(list(replies.lone_gaps + replies.burst_gaps))
         decode = {1: statistics.median(step for batch, step, _ in replies.lone_gaps if batch == 1)}
-        counts = Counter(batch for batch, _, _ in replies.burst_gaps if batch > 1)
-        if counts:
-            common = max(counts, key=lambda b: (counts[b], b))
-            decode[common] = statistics.median(step for batch, step, _ in replies.burst_gaps if batch == common)
+        burst = step_at_common_batch(((batch, step) for batch, step, _ in replies.burst_gaps), least=2)
+        if burst is not None:
+            decode[burst[0]] = burst[1]
         forwards = sum(1.0 / b for b, _, _ in replies.burst_gaps if b > 0)
         # A first token is the call's setup, the prefill, a step, the stream's latency and two
         # messages. The setup is no model-thread work (N calls at once pay it together, their

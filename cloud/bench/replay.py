@@ -25,7 +25,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.params import Mode, SamplingParams
@@ -233,8 +233,18 @@ def _forward_means(steps: list[tuple[int, float]]) -> dict[str, float]:
     forwards = sum(1.0 / b for b, _ in steps if b > 0)
     if not forwards:
         return {}
-    counts = Counter(b for b, _ in steps if b > 0)
-    common = max(counts, key=lambda b: (counts[b], b))
+    _, median = step_at_common_batch(steps) or (0, 0.0)
     return {"cloud_only_batch_mean": sum(1.0 for b, _ in steps if b > 0) / forwards,
             "cloud_only_step_ms": sum(ms / b for b, ms in steps if b > 0) / forwards,
-            "cloud_only_step_median_ms": statistics.median(ms for b, ms in steps if b == common)}
+            "cloud_only_step_median_ms": median}
+
+
+def step_at_common_batch(steps: Iterable[tuple[int, float]], least: int = 1) -> tuple[int, float] | None:
+    """The most common batch of at least ``least`` rows among replies' (batch_size, step_ms)
+    (the larger on a tie) and the median reply's step at it; None without such a reply."""
+    steps = [(b, ms) for b, ms in steps if b >= least]
+    if not steps:
+        return None
+    counts = Counter(b for b, _ in steps)
+    common = max(counts, key=lambda b: (counts[b], b))
+    return common, statistics.median(ms for b, ms in steps if b == common)

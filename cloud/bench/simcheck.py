@@ -61,7 +61,7 @@ from edgespec.cloud.bench.replay import acceptance_by_position, make_scripts, me
 from edgespec.cloud.link.profiles import LinkProfile, get_profile
 from edgespec.cloud.simulate.calibration import Calibration
 from edgespec.cloud.simulate.config import FleetConfig
-from edgespec.cloud.simulate.engine import CLOUD_ONLY, simulate, simulate_path
+from edgespec.cloud.simulate.engine import CLOUD_ONLY, SPECULATIVE, simulate, simulate_path
 
 PROFILES = ("loopback", "lan", "wifi", "5g", "4g", "satellite")
 CELLS = ("spec_1", "cloud_1", "spec_n", "cloud_n")
@@ -273,19 +273,14 @@ def predict_profile(profile: LinkProfile, calibration: Calibration, replayed: Ca
     singles = [by_prompt[tuple(ids)] for ids in measured["single_prompt_ids"]]
     calibration = replace(calibration, acceptance=acceptance_by_position(singles, k))
     replayed = replace(replayed, acceptance=acceptance_by_position([scripts[i % len(scripts)] for i in range(sessions)], k))
+    streams = replayed if replayed_cloud is None else replace(replayed_cloud, acceptance=replayed.acceptance)
     predicted, simulated = {}, {}
-    for label, devices, cal in (("1", 1, calibration), ("n", sessions, replayed)):
-        result = simulate(FleetConfig(devices=devices, link_mix=profile, k=k, tokens_per_device=max_new_tokens, seed=seed), cal)
-        predicted[f"spec_{label}"] = result.speculative.mean_ms_per_token
-        predicted[f"cloud_{label}"] = result.cloud_only.mean_ms_per_token
-        simulated[label] = {"speculative_batch_mean": result.speculative.mean_batch_size,
-                            "cloud_only_batch_mean": result.cloud_only.mean_batch_size,
-                            "acceptance_length": result.speculative.acceptance_length}
-    if replayed_cloud is not None:
-        fleet = FleetConfig(devices=sessions, link_mix=profile, k=k, tokens_per_device=max_new_tokens, seed=seed)
-        cloud_n = simulate_path(fleet, replace(replayed_cloud, acceptance=replayed.acceptance), CLOUD_ONLY)
-        predicted["cloud_n"] = cloud_n.mean_ms_per_token
-        simulated["n"]["cloud_only_batch_mean"] = cloud_n.mean_batch_size
+    for label, devices, spec_cal, cloud_cal in (("1", 1, calibration, calibration), ("n", sessions, replayed, streams)):
+        fleet = FleetConfig(devices=devices, link_mix=profile, k=k, tokens_per_device=max_new_tokens, seed=seed)
+        spec, cloud = simulate_path(fleet, spec_cal, SPECULATIVE), simulate_path(fleet, cloud_cal, CLOUD_ONLY)
+        predicted[f"spec_{label}"], predicted[f"cloud_{label}"] = spec.mean_ms_per_token, cloud.mean_ms_per_token
+        simulated[label] = {"speculative_batch_mean": spec.mean_batch_size, "cloud_only_batch_mean": cloud.mean_batch_size,
+                            "acceptance_length": spec.acceptance_length}
     # The 1-session speculative cell is the median prompt (``measure_profile``), and prompts
     # differ in acceptance far more than in anything else: each prompt is simulated with its
     # own acceptance, and the median of those is the prediction.
