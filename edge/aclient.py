@@ -195,7 +195,7 @@ class AsyncEdgeClient:
             info = await self.info(refresh=True)  # the replica's current forward and decode costs
             info_ms = (self.clock() - started) * 1000
             planner.record_forward(info.forward_ms)
-            planner.record_decode(info.decode_ms)
+            planner.record_decode(info.decode_ms, stream_ms=info.stream_ms)
             if mode == "auto":
                 try:  # on a warm channel the same call was a round trip; a cold one also connected
                     planner.record_rtt(info_ms if warm else await self.probe_rtt())

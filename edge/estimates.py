@@ -74,3 +74,4 @@ class Estimates:
     spec_bias: float = 1.0  # measured / predicted speculative round time, recent rounds
     acceptance: Acceptance = field(default_factory=Acceptance)  # per-position acceptance, rounds with k known
     decode_ms: float | None = None  # the replica's decoding step of Generate streams (Info)
+    replica_stream_ms: float | None = None  # the replica's time per token of its Generate streams (Info)

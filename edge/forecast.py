@@ -36,6 +36,7 @@ class Forecast:
         self.max_depth = max_depth
         self.est = Estimates()
         self._max_k = 16  # the server's max_k, told by first_path
+        self._send_ahead: int | str = "auto"  # the request's setting (``use_send_ahead``)
         self._cache: dict = {}  # predictions, computed once per new measurement
         self._break_even: dict[tuple, float] = {}  # a* by its inputs (``break_even``)
 
@@ -46,6 +47,18 @@ class Forecast:
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
+
+    def use_send_ahead(self, setting: int | str) -> None:
+        """The request's send-ahead setting: "auto" keeps ``depth()`` blocks in flight, n keeps
+        n, 1 never sends ahead. Rounds are priced with it from the first: a client that sends
+        ahead hides the round trip before it has measured a block sent ahead (a stream that
+        priced speculation without it kept a 5G link's easy texts streaming at half speed)."""
+        if setting != self._send_ahead:
+            self._send_ahead = setting
+            self._changed()
+
+    def blocks_in_flight(self) -> int:
+        return self.depth() if self._send_ahead == "auto" else int(self._send_ahead)
 
     def device_ms(self, k: int) -> float:
         base, per_draft = self.DEVICE_MS
@@ -67,18 +80,20 @@ class Forecast:
         """Per k (index k - 1): (a fresh round, a round whose block was sent ahead and held).
         A held block is verified right after its predecessor, costing a forward and the device's
         time, but no more than ``depth`` blocks travel in one round trip. None until the round
-        trip and the forward are known."""
+        trip and the forward are known. Whether a sent-ahead block holds is the acceptance's to
+        say (``_tokens_and_holds``); sent-ahead blocks measured nearly always discarded end it
+        (``depth()`` 1)."""
         def compute() -> list[tuple[float, float]] | None:
             rtt = self.est.rtt_ms.value
             if rtt is None or self.est.forward_ms.value is None:
                 return None
-            depth, ahead = self.depth(), self.est.chain_valid is not None
+            depth = self.blocks_in_flight()
             out = []
             for k in range(1, self._max_k + 1):
                 verify, device = self.verify_ms(k), self.device_ms(k)  # (fresh_round_ms, each fitted once)
                 assert verify is not None
                 fresh = rtt + verify + device
-                held = max(verify + device, fresh / depth) if ahead and depth > 1 else fresh
+                held = max(verify + device, fresh / depth) if depth > 1 else fresh
                 out.append((fresh, held))
             return out
         return self._cached("costs", compute)
@@ -152,12 +167,15 @@ class Forecast:
         return self.est.spec.trimmed if len(self.est.spec) >= self.MIN_ROUNDS else self.predicted_speculative()
 
     def stream_ms_per_token(self) -> float | None:
-        """The stream's own rate: measured (first token to last), else the replica's decoding step."""
+        """The stream's own rate: measured (first token to last), else what the replica measured
+        of its streams (reply to reply), else its decoding step and a message's cost."""
         est = self.est
         if est.cloud_ms_per_token is not None:
             return est.cloud_ms_per_token
         if est.decode_ms is not None:
-            return est.decode_ms + 1.0  # the replica's decoding step + a message's cost
+            return max(est.decode_ms + 1.0, est.replica_stream_ms or 0.0)
+        if est.replica_stream_ms is not None:
+            return est.replica_stream_ms
         forward = est.forward_ms.value  # a verify forward: more tokens than a decoding step
         return None if forward is None else forward + 1.0
 
@@ -245,7 +263,7 @@ class Forecast:
         under ``SHADOW_SHARE`` of the stream's time, else that share; while the draft can
         hardly win (below ``REST_CHANCE``, ``REST_DRAFTS`` observed) and watching costs over
         ``REST_COST`` of the stream, at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``."""
-        stream_ms = stream_ms or self.est.cloud_ms_per_token or self.est.decode_ms
+        stream_ms = stream_ms or self.est.cloud_ms_per_token or self.est.replica_stream_ms or self.est.decode_ms
         # (asked on every streamed token: computed once per measurement and 0.1 ms of stream rate)
         key = ("share", None if stream_ms is None else round(stream_ms, 1))
         return self._cached(key, lambda: self._shadow_share(stream_ms))

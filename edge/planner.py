@@ -16,11 +16,15 @@ Speculation, at the k the adaptive policy reaches (``policy.best_k``, the policy
 
 E[tokens | k] comes from acceptance by position (``acceptance.Acceptance``), so the first short
 probing blocks of a good draft predict what the longer blocks the policy moves to will commit.
-Send-ahead enters only once blocks are sent ahead (``record_ahead``) and ``depth`` allows it;
-the bias is measured round time over predicted round time at each round's own k.
+Send-ahead enters with the request's setting (``use_send_ahead``: "auto" keeps ``depth`` blocks
+in flight, 1 none) from the first prediction, not only once a block went ahead: whether a block
+sent ahead holds is ahead(k)'s to say, and blocks measured nearly always discarded
+(``record_ahead``) bring ``depth`` to 1. The bias is measured round time over predicted round
+time at each round's own k.
 
-Cloud-only: the stream's measured rate (first token to last), before a stream the replica's
-decoding step; plus the shadow draft's device time (below) over the share of the stream it
+Cloud-only: the stream's measured rate (first token to last); before this device has streamed,
+what the replica measured of its own streams, reply to reply (Info's ``stream_ms``: the step
+plus the scheduling and sending around it), never less than its decoding step and 1 ms; plus the shadow draft's device time (below) over the share of the stream it
 runs on, counted whole since on a device whose cores carry the stream too it competes.
 
 A generation starts on the path predicted faster over its budget (a start costs no switch).
@@ -252,10 +256,15 @@ class Planner(Forecast):
             est.prefill_ms.add(max(ms - rtt - step, 0.0))
             self._changed()
 
-    def record_decode(self, ms: float) -> None:
+    def record_decode(self, ms: float, *, stream_ms: float = 0.0) -> None:
+        """The replica's decoding step and, from a server that tells it, its streams' time per
+        token (the step plus the scheduling and sending around it): a stream's price until this
+        device has measured one of its own."""
         if ms > 0:
             self.est.decode_ms = ms
-            self._changed()
+        if stream_ms > 0:
+            self.est.replica_stream_ms = stream_ms
+        self._changed()
 
     def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int) -> None:
         """The current Generate stream so far: ``tokens_since_first`` tokens arrived within

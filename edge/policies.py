@@ -51,6 +51,7 @@ class Policies:
         # planner's forecast assumes (and the first probing blocks say what longer ones commit).
         self.k: KPolicy = make_policy(params.k, k_max=info.max_k, tokens=self.planner.expected_tokens)
         self.send_ahead = params.send_ahead if info.send_ahead else 1
+        self.planner.use_send_ahead(self.send_ahead)  # (the planner may be shared: each request says its own)
         self.tree = params.tree if params.mode is Mode.GREEDY else 0
         self.max_tree_tokens = info.max_tree_tokens
 

@@ -25,6 +25,7 @@ class ServerInfo:
     active_sessions: int = 0
     forward_ms: float = 0.0  # the replica's recent forward + accept time (0: not measured yet)
     decode_ms: float = 0.0  # the replica's recent decoding step of a Generate stream (0: not measured yet)
+    stream_ms: float = 0.0  # the replica's recent time per token of a Generate stream, reply to reply (0: not told)
     max_sessions: int = 0  # limits (0: not told by an older server)
     free_sessions: int = 0
     session_idle_timeout_s: float = 0.0

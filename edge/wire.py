@@ -132,6 +132,7 @@ def server_info(reply: pb.InfoResponse) -> ServerInfo:
         active_sessions=reply.active_sessions,
         forward_ms=reply.forward_ms,
         decode_ms=reply.decode_ms,
+        stream_ms=reply.stream_ms,
         max_sessions=reply.max_sessions,
         free_sessions=reply.free_sessions,
         session_idle_timeout_s=reply.session_idle_timeout_s,

@@ -134,7 +134,7 @@ class ReplicaDiagnostics:
     replica_id: str
 
 
-def info_to_proto(limits, config, *, version: str, forward_ms: float, decode_ms: float, max_message_bytes: int,
+def info_to_proto(limits, config, *, version: str, forward_ms: float, decode_ms: float, stream_ms: float, max_message_bytes: int,
                   auth_required: bool, diagnostics: ReplicaDiagnostics | None = None) -> pb.InfoResponse:
     """``limits``: the verifier's ``Limits``; ``config``: its ``VerifierConfig``."""
     reply = pb.InfoResponse(
@@ -148,6 +148,7 @@ def info_to_proto(limits, config, *, version: str, forward_ms: float, decode_ms:
         version=version,
         forward_ms=forward_ms,
         decode_ms=decode_ms,
+        stream_ms=stream_ms,
         max_sessions=config.max_sessions,
         session_idle_timeout_s=config.session_idle_timeout_s,
         first_message_timeout_s=config.first_message_timeout_s,

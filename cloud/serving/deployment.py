@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 import uuid
 from typing import Any, AsyncIterator
 
@@ -125,6 +126,7 @@ class VerifierDeployment:
         self.metrics = VerifierMetrics()
         self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
         self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone
+        self.stream_ms = StepTime()  # a Generate stream's interval per token, reply to reply (step, scheduling, sending)
         self.ledger = CpuLedger(self.config.profile_cpu)
         self.batches = BatchScheduler(
             lambda items: self.model.run(self._step, items),
@@ -292,9 +294,11 @@ class VerifierDeployment:
             key = self._authenticate(grpc_context)
             request = _checked(request, "GenerateRequest")
             session = await self._admit(codec.generate_from_proto(request), key, generate=True)
+            last_reply = None
             while not session.finished:
                 self.admission.quotas.check_tokens(key)
                 verdict = await self.batches.submit(VerifyItem(session, None))
+                last_reply = self._stream_interval(last_reply, verdict)
                 self.admission.quotas.charge(key, verdict.emitted)
                 moving = self._moving(verdict.finish is not Finish.NONE, generate=True)
                 if session.finished and not moving:
@@ -314,6 +318,14 @@ class VerifierDeployment:
             if session is not None and not released:
                 self._release(session)
 
+    def _stream_interval(self, last_reply: float | None, verdict) -> float:
+        """Records the stream's time per token since its previous reply (after the first: the
+        prefill is not a decoding interval); returns now, the next interval's start."""
+        now = time.monotonic()
+        if last_reply is not None and verdict.emitted:
+            self.stream_ms.add((now - last_reply) * 1000 / verdict.emitted, verdict.batch_size, now)
+        return now
+
     # ---- unary calls ---------------------------------------------------------------------
 
     async def Info(self, request: pb.InfoRequest, grpc_context=None) -> pb.InfoResponse:
@@ -329,7 +341,8 @@ class VerifierDeployment:
             diagnostics = codec.ReplicaDiagnostics(info.params, info.kv_bytes_per_token, resident_bytes(), self.admission.active,
                                                    self.admission.free_sessions, self.replica_id)
         return codec.info_to_proto(self.verifier.limits, self.config, version=__version__, forward_ms=self.forward_ms.value(),
-                                   decode_ms=self.decode_ms.value(), max_message_bytes=message_cap(),
+                                   decode_ms=self.decode_ms.value(), stream_ms=self.stream_ms.value(),
+                                   max_message_bytes=message_cap(),
                                    auth_required=self.keys.enabled, diagnostics=diagnostics)
 
     async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:

@@ -56,6 +56,8 @@ def test_cloud_only_generate_equals_target_generate(server, references):
         for prompt_ids, expected in list(references.items())[:5]:
             result = client.generate_cloud(list(prompt_ids), max_new_tokens=NEW_TOKENS, stop_token_ids=())
             assert result.token_ids == expected
+        info = client.info(refresh=True)  # what a fresh device's planner prices the stream from
+        assert info.decode_ms > 0 and info.stream_ms > 0
 
 
 def test_concurrent_sessions_match_sequential_and_share_batches(server, references):

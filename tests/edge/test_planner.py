@@ -7,6 +7,14 @@ import pytest
 from edgespec.edge.planner import Path, Planner
 
 
+def one_block() -> Planner:
+    """A planner for a client that keeps one block in flight, as ``speculating``'s rounds are
+    (each pays the round trip): the figures below are priced that way."""
+    planner = Planner()
+    planner.use_send_ahead(1)
+    return planner
+
+
 def speculating(planner: Planner, *, rtt: float, forward: float, tokens: int, rounds: int = 8, device: float = 2.0,
                 k: int | None = None):
     """Rounds of ``k`` drafts (default: tokens - 1, every draft accepted) committing ``tokens``."""
@@ -31,7 +39,7 @@ def test_a_satellite_round_trip_starts_cloud_only_a_lan_one_speculates():
 
 
 def test_speculation_is_left_when_it_measures_slower_than_cloud_only():
-    planner = Planner()
+    planner = one_block()
     planner.begin(Path.SPECULATIVE)
     speculating(planner, rtt=200.0, forward=15.0, tokens=3, rounds=1, k=4)
     assert not planner.should_switch(Path.SPECULATIVE, 100)  # the first round rode with the Open
@@ -46,7 +54,7 @@ def test_speculation_is_left_when_it_measures_slower_than_cloud_only():
 
 def test_a_fair_draft_is_left_on_its_measured_rate():
     """A draft with a fair chance to win that measures slower, round after round."""
-    planner = Planner()
+    planner = one_block()
     planner.record_decode(15.0)
     planner.begin(Path.SPECULATIVE)
     speculating(planner, rtt=40.0, forward=15.0, tokens=3, rounds=3, k=4)  # 19 ms/token
@@ -56,7 +64,7 @@ def test_a_fair_draft_is_left_on_its_measured_rate():
 
 
 def test_cloud_only_is_left_when_the_link_gets_fast_again():
-    planner = Planner()
+    planner = one_block()
     speculating(planner, rtt=5.0, forward=15.0, tokens=5)
     speculating(planner, rtt=300.0, forward=15.0, tokens=5)  # the link got slow
     planner.begin(Path.CLOUD_ONLY)
@@ -106,14 +114,22 @@ def test_failed_send_ahead_is_retried_after_a_while():
     assert planner.depth() > 1
 
 
-def test_valid_ahead_blocks_make_speculation_cheaper_in_the_prediction():
+def test_sending_ahead_makes_speculation_cheaper_in_the_prediction_from_the_first_round():
     lone, chained = Planner(), Planner()
     for planner in (lone, chained):
         planner.record_rtt(60.0)
         planner.record_forward(15.0)
+    lone.use_send_ahead(1)  # one block in flight: every round pays the round trip
+    fresh = lone.predicted_speculative()
+    assert chained.predicted_speculative() < fresh  # "auto", before any block went ahead
+    two = Planner()
+    two.record_rtt(60.0)
+    two.record_forward(15.0)
+    two.use_send_ahead(2)
+    assert chained.predicted_speculative() <= two.predicted_speculative() < fresh
     for _ in range(10):
-        chained.record_ahead(True)
-    assert chained.predicted_speculative() < lone.predicted_speculative()
+        chained.record_ahead(False)  # blocks sent ahead nearly always discarded: no more sending ahead
+    assert chained.depth() == 1 and chained.predicted_speculative() == pytest.approx(fresh)
 
 
 def test_bad_settings():
@@ -146,7 +162,7 @@ def test_a_stream_the_draft_predicts_well_brings_speculation_back():
 
 
 def test_a_switch_must_repay_its_cost():
-    planner = Planner()
+    planner = one_block()
     planner.record_forward(15.0)
     planner.record_rtt(60.0)
     planner.begin(Path.SPECULATIVE)
@@ -161,7 +177,7 @@ def test_a_switch_must_repay_its_cost():
 
 
 def test_predictions_learn_how_far_the_measurement_was_from_them():
-    planner = Planner()
+    planner = one_block()
     planner.begin(Path.SPECULATIVE)
     planner.record_round(wall_ms=900.0, wait_ms=880.0, forward_ms=15.0, tokens=4, k=3)  # the Open's round: not the rate
     for rtt in (20.0, 20.0, 120.0, 20.0, 20.0, 20.0, 20.0, 20.0):  # one loss stall: trimmed, the median misses it
@@ -189,8 +205,24 @@ def test_send_ahead_cannot_hide_more_than_depth_blocks_per_round_trip():
     assert planner.first_path(128) is Path.CLOUD_ONLY
 
 
+def test_an_unmeasured_stream_is_priced_at_what_the_replica_measured_of_its_streams():
+    """Before this device has streamed, the stream costs what the replica's own streams took per
+    token (Info.stream_ms: the step plus scheduling and sending), never less than the step and a
+    message; a stream the device measured replaces both. A slower stream lowers the acceptance
+    speculation needs to win."""
+    plain, told = on_link(), on_link()
+    told.record_decode(14.0, stream_ms=24.0)
+    assert plain.stream_ms_per_token() == 15.0 and told.stream_ms_per_token() == 24.0
+    assert told.break_even() < plain.break_even()
+    quick = on_link()
+    quick.record_decode(14.0, stream_ms=9.0)  # (a replica's figure under the step: from lighter moments)
+    assert quick.stream_ms_per_token() == 15.0
+    told.record_cloud_rate(200.0, 10)
+    assert told.stream_ms_per_token() == 20.0
+
+
 def test_a_round_trip_no_draft_could_beat_is_left_after_two_rounds():
-    planner = Planner()
+    planner = one_block()
     planner.record_decode(15.0)
     assert planner.first_path(128) is Path.SPECULATIVE  # the round trip is not known yet
     planner.begin(Path.SPECULATIVE)
@@ -198,7 +230,7 @@ def test_a_round_trip_no_draft_could_beat_is_left_after_two_rounds():
     assert not planner.should_switch(Path.SPECULATIVE, 100)  # the first round carried the Open
     speculating(planner, rtt=630.0, forward=20.0, tokens=9, rounds=1)
     assert planner.hopeless() and planner.should_switch(Path.SPECULATIVE, 100)
-    near = Planner()
+    near = one_block()
     near.record_decode(15.0)
     near.first_path(128)
     near.begin(Path.SPECULATIVE)

@@ -196,7 +196,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens", "decode_ms", "max_sessions", "free_sessions", "session_idle_timeout_s", "first_message_timeout_s", "default_max_new_tokens", "max_message_bytes", "max_q_entries", "auth_required", "replica_id")
+    __slots__ = ("model_id", "tokenizer_fingerprint", "vocab_size", "max_context", "max_k", "modes", "max_new_tokens", "version", "target_params", "kv_bytes_per_token", "replica_rss_bytes", "active_sessions", "forward_ms", "send_ahead", "max_tree_tokens", "decode_ms", "max_sessions", "free_sessions", "session_idle_timeout_s", "first_message_timeout_s", "default_max_new_tokens", "max_message_bytes", "max_q_entries", "auth_required", "replica_id", "stream_ms")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +222,7 @@ class InfoResponse(_message.Message):
     MAX_Q_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     AUTH_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_MS_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     tokenizer_fingerprint: str
     vocab_size: int
@@ -247,4 +248,5 @@ class InfoResponse(_message.Message):
     max_q_entries: int
     auth_required: bool
     replica_id: str
-    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ..., decode_ms: _Optional[float] = ..., max_sessions: _Optional[int] = ..., free_sessions: _Optional[int] = ..., session_idle_timeout_s: _Optional[float] = ..., first_message_timeout_s: _Optional[float] = ..., default_max_new_tokens: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_q_entries: _Optional[int] = ..., auth_required: _Optional[bool] = ..., replica_id: _Optional[str] = ...) -> None: ...
+    stream_ms: float
+    def __init__(self, model_id: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., max_k: _Optional[int] = ..., modes: _Optional[_Iterable[_Union[VerifyMode, str]]] = ..., max_new_tokens: _Optional[int] = ..., version: _Optional[str] = ..., target_params: _Optional[int] = ..., kv_bytes_per_token: _Optional[int] = ..., replica_rss_bytes: _Optional[int] = ..., active_sessions: _Optional[int] = ..., forward_ms: _Optional[float] = ..., send_ahead: _Optional[bool] = ..., max_tree_tokens: _Optional[int] = ..., decode_ms: _Optional[float] = ..., max_sessions: _Optional[int] = ..., free_sessions: _Optional[int] = ..., session_idle_timeout_s: _Optional[float] = ..., first_message_timeout_s: _Optional[float] = ..., default_max_new_tokens: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_q_entries: _Optional[int] = ..., auth_required: _Optional[bool] = ..., replica_id: _Optional[str] = ..., stream_ms: _Optional[float] = ...) -> None: ...

@@ -81,11 +81,12 @@ def test_info_tells_the_limits_and_the_diagnostics_only_when_given():
                     tokenizer_fingerprint="fp", max_tree_tokens=4)
     config = SimpleNamespace(model_id="m", max_sessions=4, session_idle_timeout_s=30.0, first_message_timeout_s=10.0,
                              default_max_new_tokens=64, max_q_entries=1024)
-    public = codec.info_to_proto(limits, config, version="v", forward_ms=2.0, decode_ms=1.0, max_message_bytes=1000,
-                                 auth_required=True)
+    public = codec.info_to_proto(limits, config, version="v", forward_ms=2.0, decode_ms=1.0, stream_ms=1.5,
+                                 max_message_bytes=1000, auth_required=True)
     assert (public.vocab_size, public.max_tree_tokens, public.send_ahead, public.auth_required) == (100, 4, True, True)
     assert public.replica_id == "" and public.target_params == 0
+    assert (public.decode_ms, public.stream_ms) == (1.0, 1.5)  # the costs a device's planner starts from, with or without a key
     diagnostics = codec.ReplicaDiagnostics(10, 20, 30, 1, 3, "r1")
-    full = codec.info_to_proto(limits, config, version="v", forward_ms=2.0, decode_ms=1.0, max_message_bytes=1000,
-                               auth_required=True, diagnostics=diagnostics)
+    full = codec.info_to_proto(limits, config, version="v", forward_ms=2.0, decode_ms=1.0, stream_ms=1.5,
+                               max_message_bytes=1000, auth_required=True, diagnostics=diagnostics)
     assert (full.target_params, full.free_sessions, full.replica_id) == (10, 3, "r1")
