@@ -60,6 +60,7 @@ class Acceptance:
     texts: deque = field(default_factory=lambda: deque(maxlen=TEXTS))  # each ended text's acceptance
     _text: list = field(default_factory=lambda: [0.0, 0.0])  # this text's drafts (reached, accepted)
     _text_rounds: int = 0  # this text's rounds (the last of ``history``)
+    _segment: list = field(default_factory=lambda: [0, 0.0])  # rounds and drafts since ``begin_segment``
     _posterior: tuple[float, float] | None = field(default=None, repr=False, compare=False)  # once per round added
     # Per position, (reached, accepted) summed over ``history`` and over its last ``ROUNDS``, kept
     # as rounds come and go (a forecast asks for acceptance by position several times a round:
@@ -98,6 +99,8 @@ class Acceptance:
         self._text[0] += reached
         self._text[1] += accepted
         self._text_rounds += 1
+        self._segment[0] += 1
+        self._segment[1] += reached
         self._posterior = None
 
     def end_text(self) -> None:
@@ -148,13 +151,32 @@ class Acceptance:
         if k not in self._by_k:
             all_r, all_a, recent_r, recent_a = self._sums
             at = lambda sums, i: max(sums[i], 0.0) if i < len(sums) else 0.0  # noqa: E731 (>= 0: float round-off)
-            reached = [at(all_r, i) + at(recent_r, i) for i in range(k)]
-            accepted = [at(all_a, i) + at(recent_a, i) for i in range(k)]
-            total = sum(reached)
-            mean = (sum(accepted) + PRIOR) / (total + 2 * PRIOR)
-            # NOTE: clamped below 1: a position measured always right is no proof of certainty.
-            self._by_k[k] = [min((accepted[i] + SHRINK * mean) / (reached[i] + SHRINK), 0.995) for i in range(k)]
+            self._by_k[k] = _shrunk([at(all_r, i) + at(recent_r, i) for i in range(k)],
+                                    [at(all_a, i) + at(recent_a, i) for i in range(k)])
         return list(self._by_k[k])
+
+    def begin_segment(self) -> None:
+        """The path changed (or a text began): ``segment_by_position`` counts from here."""
+        self._segment = [0, 0.0]
+
+    def segment_by_position(self, k: int) -> list[float] | None:
+        """c_1..c_k over the rounds since ``begin_segment`` alone (the last ``LONG_ROUNDS`` of
+        them), each shrunk towards their pooled mean; None before the first. What speculating on
+        the rest of the text would do where it differs from what came before (an easy text after
+        a hard one, the easy rest of a text after a hard passage): acceptance by position, over
+        every round kept, leans on the hard part's many short rounds long after it ended."""
+        if not self._segment[0]:
+            return None
+        reached: list[float] = []
+        accepted: list[float] = []
+        for counts in list(self.history)[-min(self._segment[0], LONG_ROUNDS):]:
+            _move(counts, reached, accepted, 1.0)
+        pad = lambda sums: (sums + [0.0] * k)[:k]  # noqa: E731
+        return _shrunk(pad(reached), pad(accepted))
+
+    def segment_drafts(self) -> float:
+        """Drafts observed (verified or replayed) since ``begin_segment``."""
+        return self._segment[1]
 
     def expected_tokens(self, k: int) -> float:
         """Tokens a round of ``k`` drafts commits on average, from acceptance by position."""
@@ -176,6 +198,14 @@ def _move(counts: tuple[list[float], list[float]], reached_sums: list[float], ac
             sums.extend([0.0] * (len(values) - len(sums)))
         for i, value in enumerate(values):
             sums[i] += sign * value
+
+
+def _shrunk(reached: list[float], accepted: list[float]) -> list[float]:
+    """Per position, accepted over reached, shrunk towards the pooled mean by ``SHRINK``
+    pseudo-observations (the module docstring)."""
+    mean = (sum(accepted) + PRIOR) / (sum(reached) + 2 * PRIOR)
+    # NOTE: clamped below 1: a position measured always right is no proof of certainty.
+    return [min((a + SHRINK * mean) / (r + SHRINK), 0.995) for r, a in zip(reached, accepted)]
 
 
 def pooled_posterior(rounds) -> tuple[float, float]:

@@ -116,15 +116,7 @@ class Forecast:
 
     def _tokens_and_holds(self) -> tuple[list[float], list[float]]:
         """Per k (index k, 1..max_k): E[tokens | k] and the chance a block of k sent ahead holds."""
-        def compute():
-            c = self._by_position()
-            tokens, holds, survive = [1.0], [0.0], 1.0
-            for k in range(1, self._max_k + 1):
-                survive *= c[k - 1]
-                tokens.append(tokens[-1] + survive)
-                holds.append(survive * c[k])
-            return tokens, holds
-        return self._cached("tokens", compute)
+        return self._cached("tokens", lambda: tokens_and_holds(self._by_position(), self._max_k))
 
     def expected_tokens(self, k: int) -> float:
         """A round of ``k`` drafts' expected tokens from acceptance by position (the prior's
@@ -161,6 +153,18 @@ class Forecast:
         if k is None or round_ms is None:
             return None
         return round_ms / self._tokens_and_holds()[0][k] * bias
+
+    def segment_forecast(self) -> float | None:
+        """``predicted_speculative`` from this segment's rounds (verified or replayed) alone, at
+        the k that is best for them; None before its first."""
+        def compute() -> float | None:
+            c, costs = self.est.acceptance.segment_by_position(self._max_k + 1), self._round_costs()
+            if c is None or costs is None:
+                return None
+            tokens, holds = tokens_and_holds(c, self._max_k)
+            k = best_k(lambda k: tokens[k], lambda k: self._round_at(costs, k, holds[k]), 1, self._max_k)
+            return self._round_at(costs, k, holds[k]) / tokens[k] * self.est.spec_bias
+        return self._cached("segment forecast", compute)
 
     def speculative_ms_per_token(self) -> float | None:
         """Measured while speculating, else predicted."""
@@ -298,3 +302,14 @@ class Forecast:
             return 1  # sent-ahead blocks are nearly always discarded: drafting them is waste
         per_block = forward + self.device_ms(4)
         return max(2, min(self.max_depth, 1 + math.ceil(rtt / max(per_block, 1.0))))
+
+
+def tokens_and_holds(c: list[float], max_k: int) -> tuple[list[float], list[float]]:
+    """From acceptance by position c_1..c_(max_k + 1), per k (index k, 1..max_k): E[tokens | k]
+    and the chance a block of k sent ahead holds (all k accepted and the bonus guessed)."""
+    tokens, holds, survive = [1.0], [0.0], 1.0
+    for k in range(1, max_k + 1):
+        survive *= c[k - 1]
+        tokens.append(tokens[-1] + survive)
+        holds.append(survive * c[k])
+    return tokens, holds

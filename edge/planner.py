@@ -42,7 +42,10 @@ its measured rate, the forecast and its rate over the segment's last ``PASSAGE_T
 (a hard passage does not last: its rounds are many and short, so the last rounds and the
 forecast, which weighs rounds, describe only the passage), entering it a forecast
 resting on at least ``ENTER_DRAFTS`` observed drafts and a chance of ``ENTER_CHANCE`` that the
-draft can win (a run of lucky tokens is no proof).
+draft can win (a run of lucky tokens is no proof): the forecast over every round kept, or the
+one over the stream's own replayed rounds once they rest on ``ENTER_DRAFTS`` drafts, where that
+is faster (the same weighing of rounds would keep an easy text after a hard one streaming: the
+hard text's many short rounds fill what is kept).
 
 A hopeless draft is left fast, a good one that started slowly is not. Every round (and every
 round replayed over a stream) is evidence on the per-position acceptance a; with Jeffreys'
@@ -148,6 +151,7 @@ class Planner(Forecast):
         self._segment_rounds = self._segment_tokens = self._segment_probes = 0
         self._segment_log.clear()
         self._end_replay()
+        self.est.acceptance.begin_segment()
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
             self.est.round_ms.samples.clear()
@@ -356,11 +360,22 @@ class Planner(Forecast):
                 return False  # a loss stall early in the stream is no rate yet (a satellite link's first tokens)
             if not self.evidence_to_enter():
                 return False
-            here, there, other, why = cloud, forecast, Path.SPECULATIVE, "speculation predicted faster"
+            here, (there, why), other = cloud, self._entering_forecast(forecast), Path.SPECULATIVE
         if there * (1 + self.margin) < here and remaining * (here - there) > 2 * self.switch_cost_ms():
             spec, cloud_ms = (here, there) if current is Path.SPECULATIVE else (there, here)
             return bool(self._decide(at, current, other, spec, cloud_ms, why))
         return False
+
+    def _entering_forecast(self, forecast: float) -> tuple[float, str]:
+        """What speculating on the rest of this text would do: the forecast, or once this
+        stream's shadow has observed ``ENTER_DRAFTS`` drafts, the forecast from its rounds alone
+        where that is faster (an easy text after a hard one, the easy rest of a text after the
+        hard passage that was left: every round kept weighs in the forecast, the hard part's
+        many short ones the most)."""
+        own = self.segment_forecast()
+        if own is not None and own < forecast and self.est.acceptance.segment_drafts() >= self.ENTER_DRAFTS:
+            return own, "speculation predicted faster on this stream's text"
+        return forecast, "speculation predicted faster"
 
     def _passage_rate(self) -> float:
         """This speculative segment's measured ms/token over its last ``PASSAGE_TOKENS`` tokens

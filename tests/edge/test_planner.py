@@ -161,6 +161,33 @@ def test_a_stream_the_draft_predicts_well_brings_speculation_back():
     assert planner.first_path(200) is Path.SPECULATIVE  # and the next generation starts there
 
 
+def test_an_easy_text_after_a_hard_one_is_entered_on_the_streams_own_rounds():
+    """A hard text's 64 short rounds fill the rounds acceptance by position is kept over: after
+    108 streamed tokens the draft predicted perfectly, the forecast over every round kept still
+    says 13 ms/token against the stream's 12. The stream's own replayed rounds say 2.3: once
+    they rest on ENTER_DRAFTS drafts and the chance to win holds, speculation comes back."""
+    def after(shadow_rounds: int) -> Planner:
+        planner = one_block()
+        planner.record_rtt(20.0)
+        planner.record_forward(15.0)
+        planner.first_path(200)
+        planner.begin(Path.SPECULATIVE)
+        for _ in range(64):  # the hard text: nothing of a block of 4 accepted
+            planner.record_round(wall_ms=37.0, wait_ms=35.0, forward_ms=15.0, tokens=1, k=4)
+        planner.begin(Path.CLOUD_ONLY)
+        planner.record_cloud_rate(12.0 * 20, 20)
+        planner.record_rtt(20.0)
+        planner.record_shadow([True] * 9 * shadow_rounds, 8)  # the next text: every draft right
+        return planner
+
+    late = after(12)
+    assert late.predicted_speculative() > late.cloud_ms_per_token() > 5 * late.segment_forecast()
+    assert late.should_switch(Path.CLOUD_ONLY, 200)
+    assert late.switch_log[-1].reason == "speculation predicted faster on this stream's text"
+    assert not after(3).should_switch(Path.CLOUD_ONLY, 200)  # 27 drafts observed: not yet
+    assert after(6).should_switch(Path.CLOUD_ONLY, 200)
+
+
 def test_a_switch_must_repay_its_cost():
     planner = one_block()
     planner.record_forward(15.0)
