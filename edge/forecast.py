@@ -129,9 +129,12 @@ class Forecast:
             costs = self._round_costs()
             if costs is None:
                 return None
-            tokens, holds = self._tokens_and_holds()
-            return best_k(lambda k: tokens[k], lambda k: self._round_at(costs, k, holds[k]), 1, self._max_k)
+            return self._best_k(costs, *self._tokens_and_holds())
         return self._cached("k", compute)
+
+    def _best_k(self, costs: list[tuple[float, float]], tokens: list[float], holds: list[float]) -> int:
+        """The k the adaptive policy's rule picks for these round costs and E[tokens | k] and holds."""
+        return best_k(lambda k: tokens[k], lambda k: self._round_at(costs, k, holds[k]), 1, self._max_k)
 
     def predicted_round_ms(self, k: int | None = None) -> float | None:
         """A speculative round's wall time at ``k`` (default: the k the policy reaches)."""
@@ -162,7 +165,7 @@ class Forecast:
             if c is None or costs is None:
                 return None
             tokens, holds = tokens_and_holds(c, self._max_k)
-            k = best_k(lambda k: tokens[k], lambda k: self._round_at(costs, k, holds[k]), 1, self._max_k)
+            k = self._best_k(costs, tokens, holds)
             return self._round_at(costs, k, holds[k]) / tokens[k] * self.est.spec_bias
         return self._cached("segment forecast", compute)
 

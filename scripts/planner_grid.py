@@ -19,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from helpers.planner_sim import (Sim, World, always_speculating_ms, bernoulli_hits,  # noqa: E402
-                                 cloud_only_ms, rtt_phases)
+from helpers.planner_sim import World, bernoulli_hits, compare, rtt_phases  # noqa: E402
 
 LINKS = {"loopback": 0.3, "lan": 1.7, "wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms
 TEXTS = {  # name: (lo, hi, good, bad)
@@ -34,21 +33,10 @@ TEXTS = {  # name: (lo, hi, good, bad)
 
 def cell(rtt: float, text: tuple[int, int, float, float], seeds: int, requests: int) -> tuple[float, float, int]:
     lo, hi, good, bad = text
-    auto = cloud = spec = 0.0
-    switches = 0
-    for seed in range(seeds):
-        world = World(rtt_ms=rtt_phases((0, rtt)),
-                      hits=bernoulli_hits(lambda p: bad if lo <= p % 128 < hi else good, seed),
-                      forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5,
-                      draft_ms=0.3)
-        sim = Sim(world)
-        for i in range(requests):
-            run = sim.generate(128)
-            auto += run.ms
-            switches += len(run.switches) - 1
-            cloud += cloud_only_ms(world, 128, 128 * i)
-            spec += always_speculating_ms(world, 128, 128 * i)
-    return min(cloud, spec) / auto, cloud / spec, switches
+    t = compare((World(rtt_ms=rtt_phases((0, rtt)), hits=bernoulli_hits(lambda p: bad if lo <= p % 128 < hi else good, seed),
+                       forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5, draft_ms=0.3)
+                 for seed in range(seeds)), requests)
+    return min(t.cloud, t.spec) / t.auto, t.cloud / t.spec, t.switches
 
 
 def main() -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.planner_sim import (Script, ScriptedPlanner, Sim, World, always_speculating_ms, bernoulli_hits, cloud_only_ms,
-                                 rtt_phases)
+                                 compare, rtt_phases)
 
 from edgespec.edge.planner import Planner
 
@@ -57,14 +57,9 @@ def test_auto_is_as_fast_as_the_faster_path(link, draft):
     with one block in flight). Where the two paths are within ~10% of each other (a fair draft
     on WiFi, a good one on 4G) each request's text decides which one wins, and the planner,
     which must guess from the text so far, is allowed 6%."""
-    auto = cloud = spec = 0.0
-    for seed in range(8):
-        w = World(rtt_ms=rtt_phases((0, LINKS[link])), hits=bernoulli_hits(DRAFTS[draft], seed), forward_ms=6.0,
-                  forward_per_draft_ms=0.5, decode_ms=8.0, message_ms=0.8)
-        sim = Sim(w)
-        auto += sum(sim.generate(128).ms for _ in range(4))
-        cloud += sum(cloud_only_ms(w, 128, 128 * i) for i in range(4))
-        spec += sum(always_speculating_ms(w, 128, 128 * i) for i in range(4))
+    t = compare(World(rtt_ms=rtt_phases((0, LINKS[link])), hits=bernoulli_hits(DRAFTS[draft], seed), forward_ms=6.0,
+                      forward_per_draft_ms=0.5, decode_ms=8.0, message_ms=0.8) for seed in range(8))
+    auto, cloud, spec = t.auto, t.cloud, t.spec
     close = abs(cloud / spec - 1) < 0.15
     assert auto <= min(cloud, spec) / (0.94 if close else 0.95), (auto, cloud, spec)
 
@@ -109,14 +104,9 @@ def test_a_hard_passage_in_the_middle_of_a_text_is_ridden_out():
     the last rounds decided alone)."""
     def rate(position: int) -> float:
         return 0.2 if 30 <= position % 128 < 50 else 0.92
-    auto = cloud = spec = 0.0
-    for seed in range(8):
-        w = world(1.7, bernoulli_hits(rate, seed), forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5,
-                  message_ms=1.0, device_ms=2.5, draft_ms=0.3)
-        sim = Sim(w)
-        auto += sum(sim.generate(128).ms for _ in range(4))
-        cloud += sum(cloud_only_ms(w, 128, 128 * i) for i in range(4))
-        spec += sum(always_speculating_ms(w, 128, 128 * i) for i in range(4))
+    t = compare(world(1.7, bernoulli_hits(rate, seed), forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5,
+                      message_ms=1.0, device_ms=2.5, draft_ms=0.3) for seed in range(8))
+    auto, cloud, spec = t.auto, t.cloud, t.spec
     assert spec < cloud / 1.5 and auto <= spec / 0.95, (auto, spec, cloud)
 
 

@@ -209,6 +209,31 @@ def always_speculating_ms(world: World, max_new_tokens: int, position: int = 0) 
     return sim.generate(max_new_tokens).ms
 
 
+@dataclass
+class Totals:
+    """ms over every request of every world: k=auto, cloud-only, always speculating; and
+    k=auto's switches (a request's start not counted)."""
+    auto: float = 0.0
+    cloud: float = 0.0
+    spec: float = 0.0
+    switches: int = 0
+
+
+def compare(worlds, requests: int = 4, max_new_tokens: int = 128) -> Totals:
+    """Each world's device (one planner across its requests) runs ``requests`` requests at
+    k=auto; the same requests cloud-only and always speculating are priced beside them."""
+    totals = Totals()
+    for world in worlds:
+        sim = Sim(world)
+        for i in range(requests):
+            run = sim.generate(max_new_tokens)
+            totals.auto += run.ms
+            totals.switches += len(run.switches) - 1
+            totals.cloud += cloud_only_ms(world, max_new_tokens, max_new_tokens * i)
+            totals.spec += always_speculating_ms(world, max_new_tokens, max_new_tokens * i)
+    return totals
+
+
 # ---- the real driver, told scripted figures -----------------------------------------------------
 
 
