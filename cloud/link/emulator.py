@@ -150,11 +150,13 @@ class _Pipe:
                 return
             self.link._late(loop.time() * 1000.0 - release_ms)
             self.writer.write(data)
+            # Counted once handed to the socket, before drain() yields: the peer may read these
+            # bytes (and the caller read the stats) before drain returns.
+            self.link._count(self.direction, len(data))
             await self.writer.drain()
             self.queued_bytes -= len(data)
             if self.queued_bytes < self.max_queue_bytes:
                 self.room.set()
-            self.link._count(self.direction, len(data))
 
 
 class _Connection:
