@@ -149,10 +149,10 @@ class _Pipe:
                     self.writer.write_eof()  # a half-close travels like any other byte
                 return
             self.link._late(loop.time() * 1000.0 - release_ms)
-            self.writer.write(data)
-            # Counted once handed to the socket, before drain() yields: the peer may read these
-            # bytes (and the caller read the stats) before drain returns.
+            # Counted before they are handed to the socket: write() sends at once, and the peer
+            # (in another thread) may read them, and the stats, before this thread runs again.
             self.link._count(self.direction, len(data))
+            self.writer.write(data)
             await self.writer.drain()
             self.queued_bytes -= len(data)
             if self.queued_bytes < self.max_queue_bytes:
