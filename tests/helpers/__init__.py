@@ -5,6 +5,7 @@ Importable as ``helpers`` (pyproject's pytest ``pythonpath`` puts tests/ on the 
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,13 @@ def free_port() -> int:
     from edgespec.cloud.serving.haproxy_owner import free_port as free_port_outside_rays_ranges
 
     return free_port_outside_rays_ranges()
+
+
+def sigint_as_ctrl_c() -> None:
+    """``preexec_fn`` for a child a test stops with SIGINT, as Ctrl-C would: a run started in the
+    background (``make test &`` in a script) ignores SIGINT, a child inherits an ignored signal,
+    and Python then never raises KeyboardInterrupt there; the child would run on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @dataclass(frozen=True)
