@@ -286,13 +286,13 @@ def test_the_device_server_command_serves_cors_and_logs_without_text(server):
     import sys
     from pathlib import Path
 
-    from helpers import free_port, sigint_as_ctrl_c
+    from helpers import free_port, popen_ctrl_c_stops
 
     port = free_port()
     command = [str(Path(sys.executable).parent / "edgespec"), "device-server", "--server", server.address,
                "--draft", str(server.pair.draft_dir), "--port", str(port), "--cors-origin", "http://localhost:5173",
                "--max-concurrent", "2", "--max-queue", "3", "--queue-timeout", "5"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_ctrl_c)
+    proc = popen_ctrl_c_stops(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "OpenAI-compatible API on" in proc.stdout.readline()  # printed once it listens
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

@@ -6,6 +6,7 @@ Importable as ``helpers`` (pyproject's pytest ``pythonpath`` puts tests/ on the 
 from __future__ import annotations
 
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,11 +22,18 @@ def free_port() -> int:
     return free_port_outside_rays_ranges()
 
 
-def sigint_as_ctrl_c() -> None:
-    """``preexec_fn`` for a child a test stops with SIGINT, as Ctrl-C would: a run started in the
+def popen_ctrl_c_stops(command: list[str], **popen_args) -> subprocess.Popen:
+    """Popen of a child a test stops with SIGINT, as Ctrl-C would. A run started in the
     background (``make test &`` in a script) ignores SIGINT, a child inherits an ignored signal,
-    and Python then never raises KeyboardInterrupt there; the child would run on."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    and Python there then never raises KeyboardInterrupt: the child would run on. A handled
+    signal is reset to the default at exec, so SIGINT is handled here while the child starts.
+    (Not ``preexec_fn``: Python code between fork and exec runs grpc's fork handlers, which
+    print errors into the child's output.)"""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(command, **popen_args)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @dataclass(frozen=True)

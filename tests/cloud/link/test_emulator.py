@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import sigint_as_ctrl_c
+from helpers import popen_ctrl_c_stops
 
 from edgespec.cloud.link.emulator import Faults, LinkEmulator, parse_address
 from edgespec.cloud.link.profiles import PROFILES, DirectionSchedule, LinkProfile
@@ -342,8 +342,7 @@ def test_cli_prints_the_profile_and_counters_then_stops_on_ctrl_c(echo):
         sys.executable, "-m", "edgespec.cli", "link", "--listen", "127.0.0.1:0",
         "--upstream", f"{echo[0]}:{echo[1]}", "--link", "4g", "--loss", "0", "--report-every", "0.2",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               preexec_fn=sigint_as_ctrl_c)
+    process = popen_ctrl_c_stops(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         first = process.stdout.readline()
         assert first.startswith("edgespec link: 127.0.0.1:"), first
