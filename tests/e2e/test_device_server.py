@@ -286,38 +286,33 @@ def test_the_device_server_command_serves_cors_and_logs_without_text(server):
     import sys
     from pathlib import Path
 
-    from helpers import free_port, popen_ctrl_c_stops
+    from helpers import ctrl_c_child, free_port
 
     port = free_port()
     command = [str(Path(sys.executable).parent / "edgespec"), "device-server", "--server", server.address,
                "--draft", str(server.pair.draft_dir), "--port", str(port), "--cors-origin", "http://localhost:5173",
                "--max-concurrent", "2", "--max-queue", "3", "--queue-timeout", "5"]
-    proc = popen_ctrl_c_stops(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert "OpenAI-compatible API on" in proc.stdout.readline()  # printed once it listens
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        connection.request("OPTIONS", "/v1/completions", headers={
-            "Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type"})
-        response = connection.getresponse()
-        response.read()
-        assert response.status == 204 and response.getheader("Access-Control-Allow-Origin") == "http://localhost:5173"
-        connection.request("GET", "/health")
-        health = json.loads(connection.getresponse().read())
-        assert health["generations"] == {"active": 0, "queued": 0, "slots": 2, "queue": 3}
-        body = json.dumps({"prompt": PROMPTS[3], "max_tokens": 6, "temperature": 0})
-        connection.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-        reply = json.loads(connection.getresponse().read())
-        assert reply["usage"]["completion_tokens"] == 6
-        connection.close()
-    finally:
-        proc.send_signal(signal.SIGINT)
+    with ctrl_c_child(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
-            _, stderr = proc.communicate(timeout=60)
+            assert "OpenAI-compatible API on" in proc.stdout.readline()  # printed once it listens
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            connection.request("OPTIONS", "/v1/completions", headers={
+                "Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"})
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 204 and response.getheader("Access-Control-Allow-Origin") == "http://localhost:5173"
+            connection.request("GET", "/health")
+            health = json.loads(connection.getresponse().read())
+            assert health["generations"] == {"active": 0, "queued": 0, "slots": 2, "queue": 3}
+            body = json.dumps({"prompt": PROMPTS[3], "max_tokens": 6, "temperature": 0})
+            connection.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+            reply = json.loads(connection.getresponse().read())
+            assert reply["usage"]["completion_tokens"] == 6
+            connection.close()
         finally:
-            if proc.poll() is None:  # never left running for the rest of the suite
-                proc.kill()
-                proc.wait()
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
     assert '"POST /v1/completions" 200' in stderr and "completion_tokens=6" in stderr
     assert '"OPTIONS /v1/completions" 204' in stderr and '"GET /health" 200' in stderr
     assert PROMPTS[3].strip() not in stderr  # no prompt text (the scripted test checks the reply's too)

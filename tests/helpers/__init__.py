@@ -5,8 +5,10 @@ Importable as ``helpers`` (pyproject's pytest ``pythonpath`` puts tests/ on the 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,18 +24,27 @@ def free_port() -> int:
     return free_port_outside_rays_ranges()
 
 
-def popen_ctrl_c_stops(command: list[str], **popen_args) -> subprocess.Popen:
-    """Popen of a child a test stops with SIGINT, as Ctrl-C would. A run started in the
-    background (``make test &`` in a script) ignores SIGINT, a child inherits an ignored signal,
-    and Python there then never raises KeyboardInterrupt: the child would run on. A handled
-    signal is reset to the default at exec, so SIGINT is handled here while the child starts.
-    (Not ``preexec_fn``: Python code between fork and exec runs grpc's fork handlers, which
-    print errors into the child's output.)"""
+@contextlib.contextmanager
+def ctrl_c_child(command: list[str], **popen_args) -> Iterator[subprocess.Popen]:
+    """A child process a test stops with SIGINT, as Ctrl-C would; killed on exit if it is still
+    running, so no test leaves it running through the rest of the suite.
+
+    A run started in the background (``make test &`` in a script) ignores SIGINT, a child
+    inherits an ignored signal, and Python there then never raises KeyboardInterrupt: the child
+    would run on. A handled signal is reset to the default at exec, so SIGINT is handled here
+    while the child starts. (Not ``preexec_fn``: Python code between fork and exec runs grpc's
+    fork handlers, which print errors into the child's output.)"""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen(command, **popen_args)
+        process = subprocess.Popen(command, **popen_args)
     finally:
         signal.signal(signal.SIGINT, previous)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @dataclass(frozen=True)

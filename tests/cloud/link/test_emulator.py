@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import popen_ctrl_c_stops
+from helpers import ctrl_c_child
 
 from edgespec.cloud.link.emulator import Faults, LinkEmulator, parse_address
 from edgespec.cloud.link.profiles import PROFILES, DirectionSchedule, LinkProfile
@@ -342,8 +342,7 @@ def test_cli_prints_the_profile_and_counters_then_stops_on_ctrl_c(echo):
         sys.executable, "-m", "edgespec.cli", "link", "--listen", "127.0.0.1:0",
         "--upstream", f"{echo[0]}:{echo[1]}", "--link", "4g", "--loss", "0", "--report-every", "0.2",
     ]
-    process = popen_ctrl_c_stops(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with ctrl_c_child(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         first = process.stdout.readline()
         assert first.startswith("edgespec link: 127.0.0.1:"), first
         port = int(first.split()[2].rsplit(":", 1)[1])
@@ -355,10 +354,6 @@ def test_cli_prints_the_profile_and_counters_then_stops_on_ctrl_c(echo):
         time.sleep(0.5)
         process.send_signal(signal.SIGINT)
         output = first + process.communicate(timeout=20)[0]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 0, output
     assert "4g+custom" in output and "loss 0%" in output
     assert "connections 1" in output
