@@ -81,7 +81,7 @@ def sample_many(address, draft, mode: str, prompt=PROMPT, **extra) -> list[list[
 
             async def one(seed):
                 async with semaphore:
-                    result = await client.generate(prompt, max_new_tokens=POSITIONS + 3, temperature=TEMPERATURE, mode=mode,
+                    result = await client.generate(prompt, max_new_tokens=POSITIONS + 1, temperature=TEMPERATURE, mode=mode,
                                                    k=2, send_ahead=3, seed=seed, stop_token_ids=(), **extra)
                     return result.token_ids, result.stats.ahead_hits
 
