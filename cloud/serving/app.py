@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from dataclasses import asdict, fields
 from typing import Any, Callable
@@ -164,14 +165,58 @@ def init_ray(
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
     else:
         # "local" never attaches to a stale cluster left on this machine.
-        ray.init(
-            address="local",
+        _start_local_ray(
             num_cpus=num_cpus,
             include_dashboard=False,
             logging_level=logging.WARNING,
             log_to_driver=log_to_driver,
             _metrics_export_port=metrics_export_port,
         )
+
+
+# Ray's local head waits a fixed 30 s for its raylet to register with the GCS. On a loaded
+# 2-core machine it once did not (the raylet had written no log at all), and the serve failed:
+# the start is tried once more, after the failed one's processes are stopped.
+LOCAL_START_ATTEMPTS = 2
+
+
+def _start_local_ray(**init_args) -> None:
+    import ray
+
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        begun = time.time()
+        try:
+            ray.init(address="local", **init_args)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_ATTEMPTS:
+                raise
+            log.warning("Ray's local node did not start (%s); stopping what it started and trying again", exc)
+            _stop_failed_local_session(begun)
+
+
+def _stop_failed_local_session(begun: float) -> None:
+    """Kills the processes of the session this process began at or after ``begun``: a head
+    that fails in ``ray.init`` leaves its GCS, monitors and dashboard running (none of them
+    know the driver gave up). They carry the session's name (``session_<time>_<pid>``) in
+    their command lines."""
+    import glob
+
+    import psutil
+
+    pattern = os.path.join(tempfile.gettempdir(), "ray", f"session_*_{os.getpid()}")
+    names = {os.path.basename(path) for path in glob.glob(pattern) if os.path.getmtime(path) >= begun - 1}
+    doomed = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        command = " ".join(process.info["cmdline"] or ())
+        if process.pid != os.getpid() and any(name in command for name in names):
+            doomed.append(process)
+    for process in doomed:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(doomed, timeout=10)
 
 
 def serve_verifier(
