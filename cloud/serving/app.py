@@ -19,7 +19,7 @@ from dataclasses import asdict, fields
 from typing import Any, Callable
 
 from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig, max_ongoing_requests
-from edgespec.cloud.serving.haproxy_owner import HAProxyOwner
+from edgespec.cloud.serving.haproxy_owner import HAProxyOwner, end_processes
 from edgespec.cloud.serving.ingress import configure_ingress, direct_endpoints, ingress_from_environment, resolve_ingress
 from edgespec.cloud.serving.servicers import SERVICER_FUNCTIONS
 
@@ -211,12 +211,7 @@ def _stop_failed_local_session(begun: float) -> None:
         command = " ".join(process.info["cmdline"] or ())
         if process.pid != os.getpid() and any(name in command for name in names):
             doomed.append(process)
-    for process in doomed:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(doomed, timeout=10)
+    end_processes(doomed)
 
 
 def serve_verifier(

@@ -75,6 +75,8 @@ class FakeCluster:
         agents, which then ran on, polling, through the rest of the suite."""
         import psutil
 
+        from edgespec.cloud.serving.haproxy_owner import end_processes
+
         doomed = []
         for process in psutil.process_iter():
             try:
@@ -82,12 +84,7 @@ class FakeCluster:
                     doomed.append(process)
             except psutil.Error:
                 pass
-        for process in doomed:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(doomed, timeout=10)
+        end_processes(doomed)
 
     def deploy(self, deployment: dict | None = None, **args) -> None:
         """`serve deploy` of cluster/serve-fake-gpu.yaml with the tiny target and ``args`` over its
