@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from dataclasses import asdict, fields
 from typing import Any, Callable
@@ -203,8 +202,9 @@ def _stop_failed_local_session(begun: float) -> None:
     import glob
 
     import psutil
+    from ray._common.utils import get_default_ray_temp_dir  # RAY_TMPDIR, TMPDIR or /tmp, as Ray chooses
 
-    pattern = os.path.join(tempfile.gettempdir(), "ray", f"session_*_{os.getpid()}")
+    pattern = os.path.join(get_default_ray_temp_dir(), f"session_*_{os.getpid()}")
     names = {os.path.basename(path) for path in glob.glob(pattern) if os.path.getmtime(path) >= begun - 1}
     doomed = []
     for process in psutil.process_iter(["pid", "cmdline"]):

@@ -60,7 +60,7 @@ def test_a_second_stall_and_any_other_failure_are_raised(fake_ray):
 
 
 def test_the_failed_sessions_processes_are_killed_and_no_other(tmp_path, monkeypatch):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where Ray keeps its sessions
     begun = time.time()
     session = f"session_2026-12-03_08-17-32_637199_{os.getpid()}"
     (tmp_path / "ray" / session / "logs").mkdir(parents=True)
