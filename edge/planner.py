@@ -31,11 +31,15 @@ A generation starts on the path predicted faster over its budget (a start costs 
 With little known of the draft (under ``ENTER_DRAFTS`` drafts observed) it explores
 speculation, whose first block rides with the Open, where a hopeless draft would lose under
 ``EXPLORE_LOSS`` of the request (a second round and a switch: near links); elsewhere it
-streams and lets the shadow judge the draft at no risk. Texts differ (one prompt's acceptance
-says little of the next one's), so where exploring is that cheap a new request also tries
-speculation when the last text left the draft unpromising or the forecast behind, as long as
-enough earlier texts won (``new_text_chance_to_win``: the share of texts whose acceptance
-reached a*; pooled rounds would say only what the mean text does); its second round tells.
+streams and lets the shadow judge the draft at no risk. Once the shadow has observed
+``REST_DRAFTS`` drafts, that loss is weighed by the chance that the draft cannot win: a
+client's first short request streams, and when its shadow found the draft good the next
+request tries speculation from its start (a hopeless draft's shadow vouches for nothing).
+Texts differ (one prompt's acceptance says little of the next one's), so where exploring is
+that cheap (the whole loss) a new request also tries speculation when the last text left the
+draft unpromising or the forecast behind, as long as enough earlier texts won
+(``new_text_chance_to_win``: the share of texts whose acceptance reached a*; pooled rounds
+would say only what the mean text does); its second round tells.
 It switches, in either direction, when the other path's prediction beats the current one by
 ``margin`` and the remaining tokens repay two switches; leaving speculation takes the best of
 its measured rate, the forecast and its rate over the segment's last ``PASSAGE_TOKENS`` tokens
@@ -288,6 +292,7 @@ class Planner(Forecast):
             self._max_k = max_k
             self._changed()
         self._budget = max_new_tokens
+        self._end_replay()  # what the shadow observed of the last request's round in progress counts, for its text
         self.est.acceptance.end_text()  # the last request was another text
         self._changed()
         cloud, rtt = self.cloud_ms_per_token(), self.est.rtt_ms.value or 0.0
@@ -303,7 +308,7 @@ class Planner(Forecast):
             spec, why = self.predicted_speculative(), "predicted"
         else:  # acceptance is unknown until measured: explore unless an always-right draft would lose
             spec, why = self.predicted_speculative(tau=max_k + 1.0), "exploring the draft"
-            if cloud is not None and self.exploring_costs_too_much(max_new_tokens):
+            if cloud is not None and self.exploring_costs_too_much(max_new_tokens, weigh_chance=True):
                 return self._decide(0, None, Path.CLOUD_ONLY, spec, cloud, "the shadow judges the draft: a wrong guess costs too much here")
         if spec is None or cloud is None:
             return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "nothing measured: speculate, and learn")
@@ -315,15 +320,20 @@ class Planner(Forecast):
             return self._decide(0, None, Path.SPECULATIVE, spec, cloud, "a new text: most texts win, trying costs little")
         return self._decide(0, None, Path.SPECULATIVE if faster else Path.CLOUD_ONLY, spec, cloud, why)
 
-    def exploring_costs_too_much(self, max_new_tokens: int) -> bool:
-        """Whether speculating on an unknown draft would lose more than ``EXPLORE_LOSS`` of the
-        request if the draft were hopeless: a second round (the first rides with the Open) and
-        the switch away. Then the request streams and the shadow judges the draft, at no risk."""
+    def exploring_costs_too_much(self, max_new_tokens: int, *, weigh_chance: bool = False) -> bool:
+        """Whether speculating on a draft would lose more than ``EXPLORE_LOSS`` of the request if
+        it were hopeless: a second round (the first rides with the Open) and the switch away.
+        Then the request streams and the shadow judges the draft, at no risk. ``weigh_chance``
+        (a draft still little known): the loss is weighed by the chance that the draft cannot
+        win once ``REST_DRAFTS`` drafts were observed (a client's first short request streamed
+        and its shadow found the draft good: the next request tries it, rather than streaming
+        until ``ENTER_DRAFTS`` are observed); before that it counts whole."""
         fresh, cloud = self.fresh_round_ms(4), self.stream_ms_per_token()
         if fresh is None or cloud is None:
             return False
         loss = max(fresh - cloud, 0.0) + self.switch_cost_ms()
-        return loss > self.EXPLORE_LOSS * max_new_tokens * cloud
+        chance = self.chance_to_win() if weigh_chance and self.drafts_observed() >= self.REST_DRAFTS else None
+        return (1.0 - (chance or 0.0)) * loss > self.EXPLORE_LOSS * max_new_tokens * cloud
 
     def _decide(self, at: int, current: Path | None, to: Path, spec, cloud, reason: str) -> Path:
         self.switch_log.append(Switch(at, None if current is None else current.value, to.value, spec, cloud, reason))

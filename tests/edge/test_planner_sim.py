@@ -213,3 +213,23 @@ def test_a_policy_told_the_planners_acceptance_reaches_the_predicted_k():
         told += sum(run.ms for run in (lambda sim: [sim.generate(128) for _ in range(4)])(Sim(w, policy_told=True)))
         own += sum(run.ms for run in (lambda sim: [sim.generate(128) for _ in range(4)])(Sim(w)))
     assert told <= own * 1.02, (told, own)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_short_first_request_lets_the_shadow_vouch_for_the_next_one(seed):
+    """Bench planner's first text on 5G: a client's first request, 16 tokens, streams (trying a
+    draft nothing is known of would risk more than ``EXPLORE_LOSS`` of it) and its shadow finds
+    the draft good, so the next request tries speculation from its start rather than streaming
+    until ``ENTER_DRAFTS`` drafts are observed (it streamed 43-65 of 128 tokens). A hopeless
+    draft's shadow vouches for nothing: the next request streams."""
+    def first_two(rate: float):
+        # (the round trip as the client's Info probe measured it through the emulator and Serve)
+        sim = Sim(world(40.0, bernoulli_hits(rate, seed), forward_ms=12.0, decode_ms=8.8, message_ms=1.0, prefill_ms=50.0))
+        assert sim.planner.exploring_costs_too_much(128)  # (the setting this test is about)
+        return sim.generate(16), sim.generate(128)
+
+    warm, run = first_two(0.95)
+    assert warm.segments == [("cloud_only", 16)]
+    assert run.switches[0].to_path == "speculative" and run.speculative_tokens() >= 120, run.switches
+    warm, run = first_two(0.0)
+    assert warm.segments == [("cloud_only", 16)] and run.segments == [("cloud_only", 128)], run.switches
