@@ -180,7 +180,14 @@ class VerifierDeployment:
                         raise draining_error()
                 elif kind == "close":
                     if session is not None:
-                        yield codec.closed_to_proto(session.next_round - session.spec.first_round, session.generated)
+                        closed = codec.closed_to_proto(session.next_round - session.spec.first_round, session.generated)
+                        # Free the slot before Closed leaves (as Generate does before its last
+                        # token): a device that opens its next session the moment it reads
+                        # Closed must find the slot free. A full replica refused 16 sessions
+                        # opened right after 16 had closed, the generator not yet resumed.
+                        self._release(session)
+                        session = None
+                        yield closed
                     break
                 else:
                     raise invalid("empty SessionRequest: set open, draft or close")
