@@ -160,6 +160,16 @@ def test_reimport_is_byte_identical(imported):
     assert header.get("__metadata__", {}) == {"format": "pt"}  # no paths, no timestamps
 
 
+def test_the_import_leaves_the_gguf_module_as_it_found_it(imported):
+    """The import shares one reader per file while it runs (gguf_import._one_reader_per_file):
+    afterwards a reader is a fresh one again, for every caller."""
+    import gguf
+
+    root = imported[-1]
+    assert isinstance(gguf.GGUFReader, type)
+    assert gguf.GGUFReader(str(root / "tiny.gguf")) is not gguf.GGUFReader(str(root / "tiny.gguf"))
+
+
 def test_unsupported_architecture_is_refused_in_one_line(tmp_path):
     path = tmp_path / "odd.gguf"
     writer = gguf.GGUFWriter(str(path), "notamodel")
