@@ -17,14 +17,8 @@ pytestmark = pytest.mark.slow  # loads a (tiny) target
 
 
 @pytest.fixture(scope="module")
-def replica(tmp_path_factory):
-    import torch
-
-    from edgespec.cloud.training.tiny import build_tiny_pair
-
-    torch.set_num_threads(1)
-    pair = build_tiny_pair(tmp_path_factory.mktemp("slots"))
-    return VerifierDeployment.func_or_class({"model": str(pair.target_dir), "max_sessions": 1})
+def replica(tiny_pair):
+    return VerifierDeployment.func_or_class({"model": str(tiny_pair.target_dir), "max_sessions": 1})
 
 
 def test_closed_arrives_with_the_slot_already_free(replica):
