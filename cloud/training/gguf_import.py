@@ -130,7 +130,7 @@ def gguf_architecture(path: Path) -> str:
 
 
 @contextmanager
-def _one_reader_per_file() -> Iterator[None]:
+def _gguf_parsed_once() -> Iterator[None]:
     """Within it each GGUF file's metadata is parsed once, and each architecture's tensor-name
     map built once. transformers' loader parses the file again for the config, the tokenizer
     and the model (six readers in one import, ~5 s each for a 49k-token vocabulary) and builds
@@ -242,7 +242,7 @@ def import_gguf(
     path, package = locate_gguf(source)
     log(f"[1/4] hashing {path}" + (f" (from {package})" if package else ""))
     src = GGUFSource(path, sha256_of(path), path.stat().st_size, package)
-    with _one_reader_per_file():
+    with _gguf_parsed_once():
         architecture = gguf_architecture(path)
         check_supported(path, architecture)
         model, tokenizer = _load(path, dtype, log)

@@ -161,7 +161,7 @@ def test_reimport_is_byte_identical(imported):
 
 
 def test_the_import_leaves_the_gguf_module_as_it_found_it(imported):
-    """The import shares one reader per file while it runs (gguf_import._one_reader_per_file):
+    """The import shares one reader per file while it runs (gguf_import._gguf_parsed_once):
     afterwards a reader is a fresh one again, for every caller."""
     import gguf
 
