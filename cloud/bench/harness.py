@@ -148,6 +148,12 @@ class Harness:
             self.link.start()
         self.client = EdgeClient(self.address, self.draft, draft_threads=self.draft_threads, timeout=120, **self._connection())
 
+    def pair_draws(self, key: str) -> None:
+        """The link's random draws (jitter, loss) restart from ``key`` (nothing without a link):
+        arms run on one text after the same key meet the same draws (``LinkEmulator.reseed``)."""
+        if self.link is not None:
+            self.link.reseed(key)
+
     def _start_serve(self, torch_threads: int, max_sessions: int, ingress: str | None, replicas: int) -> str:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -206,15 +212,14 @@ class Harness:
         return self.client.generate_cloud(prompt, **cloud_params)
 
     def compare(self, prompts: list[str], params: dict, label: str = "") -> tuple[list[Result], list[Result]]:
-        """Speculative vs cloud-only on the same prompts and seeds, alternating arm order."""
+        """Speculative vs cloud-only on the same prompts and seeds, alternating arm order; on an
+        emulated link both arms' run of a text start from the same draws (``pair_draws``)."""
         spec, cloud = [], []
         for i, prompt in enumerate(prompts):
-            if i % 2 == 0:
-                spec.append(self.speculative(prompt, params))
-                cloud.append(self.cloud_only(prompt, params))
-            else:
-                cloud.append(self.cloud_only(prompt, params))
-                spec.append(self.speculative(prompt, params))
+            arms = [(spec, self.speculative), (cloud, self.cloud_only)]
+            for results, run in arms if i % 2 == 0 else arms[::-1]:
+                self.pair_draws(f"{label}/prompt {i}")
+                results.append(run(prompt, params))
             self.progress(f"  {label} prompt {i + 1}/{len(prompts)}")
         return spec, cloud
 

@@ -69,7 +69,9 @@ def measure_arms(harness: Harness, prompts: list[str], arms: dict[str, dict], cl
 
     Each arm has a client of its own: a client's planner (speculate or stream cloud-only, send-
     ahead depth) learns from every generation it runs, so arms sharing one would steer each
-    other. Each is warmed up with one short generation of its own settings first."""
+    other. Each is warmed up with one short generation of its own settings first. On an emulated
+    link every arm's run of a text starts from the same random draws (common random numbers: a
+    loss one arm meets, the others meet at the same chunk)."""
     names = [*arms, "cloud-only"]
     results: dict[str, list] = {name: [] for name in names}
     clients = {name: harness.new_client() for name in arms}
@@ -78,6 +80,7 @@ def measure_arms(harness: Harness, prompts: list[str], arms: dict[str, dict], cl
             client.generate(prompts[0], **(arms[name] | {"max_new_tokens": 16}))
         for i, prompt in enumerate(prompts):
             for name in names[i % len(names):] + names[: i % len(names)]:
+                harness.pair_draws(f"{label}/prompt {i}")
                 if name == "cloud-only":
                     results[name].append(harness.cloud_only(prompt, cloud_params))
                 else:

@@ -210,6 +210,7 @@ class LinkEmulator:
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
         self._background: set[asyncio.Task] = set()
+        self._draw_key: str | None = None  # reseed(): draws keyed by a measurement, not a connection
         self._stalled_until = 0.0  # loop time (s)
         self._unstalled: asyncio.Event | None = None
 
@@ -285,6 +286,22 @@ class LinkEmulator:
                         pipe.schedule.use_profile(profile)
                     elif not profile.is_transparent:
                         pipe.schedule = self._schedule(connection.index, pipe.direction, force=True)
+
+        self._call(apply)
+
+    def reseed(self, key: str) -> None:
+        """Restarts the random draws (jitter, loss) of every direction, on live connections and
+        later ones, from ``seed`` and ``key`` alone. A benchmark that reseeds with the same key
+        before each arm's run of one text gives every arm the same draws, chunk by chunk (common
+        random numbers): on a lossy link, which arm happened to meet a loss no longer decides
+        which is faster. Bytes already held keep their release times."""
+
+        def apply():
+            self._draw_key = key
+            for connection in self._connections:
+                for pipe in connection.pipes:
+                    if pipe.schedule is not None:
+                        pipe.schedule.uniform = self._uniform(connection.index, pipe.direction)
 
         self._call(apply)
 
@@ -450,6 +467,10 @@ class LinkEmulator:
     def _schedule(self, index: int, direction: str, force: bool = False) -> DirectionSchedule | None:
         if self.profile.is_transparent and not force:
             return None
+        return DirectionSchedule(self.profile, direction, self._uniform(index, direction))
+
+    def _uniform(self, index: int, direction: str):
         # One RNG per connection and direction: draws do not depend on how traffic interleaves.
-        rng = random.Random(f"{self.seed}/{index}/{direction}")
-        return DirectionSchedule(self.profile, direction, rng.random)
+        # After reseed(key), per key and direction: every connection replays the same draws.
+        source = f"key={self._draw_key}" if self._draw_key is not None else index
+        return random.Random(f"{self.seed}/{source}/{direction}").random

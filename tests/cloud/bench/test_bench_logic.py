@@ -113,9 +113,14 @@ def test_sampling_bench_runs_every_arm_on_every_prompt_in_rotated_order():
         client = clients[-1]
         return client
 
-    harness = SimpleNamespace(new_client=new_client, cloud_only=cloud_only)
+    harness = SimpleNamespace(new_client=new_client, cloud_only=cloud_only,
+                              pair_draws=lambda key: calls.append((None, f"draws {key}", None)))
     arms = {"fast": {"name": "fast"}, "slow": {"name": "slow"}}
     out = measure_arms(harness, ["a", "b", "c"], arms, {}, lambda _: None, "test")
+    # every arm's run of a text starts from that text's link draws
+    names = [name for _, name, _ in calls]
+    assert names[2::2] == [f"draws test/prompt {i // 3}" for i in range(9)]
+    calls[:] = [call for call in calls if not call[1].startswith("draws")]
     assert [name for _, name, _ in calls] == ["fast", "slow",  # each arm's own client warms up
                                               "fast", "slow", "cloud-only", "slow", "cloud-only", "fast",
                                               "cloud-only", "fast", "slow"]
@@ -126,3 +131,20 @@ def test_sampling_bench_runs_every_arm_on_every_prompt_in_rotated_order():
     report = {"config": {"drafter_k": 4}, "temperature_sweep": [{"temperature": 0.8} | out], "drafters": [{"temperature": 0.0} | out]}
     lines = summary_lines(report)
     assert "fast 4.00x tau 3.00" in lines[1] and "greedy" in lines[-1]
+
+
+def test_compare_alternates_the_arms_and_pairs_their_link_draws():
+    from types import SimpleNamespace
+
+    from edgespec.cloud.bench.harness import Harness
+
+    calls = []
+    harness = object.__new__(Harness)  # no Serve: only the ordering is under test
+    harness.link = SimpleNamespace(reseed=lambda key: calls.append(f"draws {key}"))
+    harness.progress = lambda _: None
+    harness.speculative = lambda prompt, params: calls.append(f"spec {prompt}") or prompt
+    harness.cloud_only = lambda prompt, params: calls.append(f"cloud {prompt}") or prompt
+    spec, cloud = harness.compare(["a", "b"], {}, "wifi")
+    assert calls == ["draws wifi/prompt 0", "spec a", "draws wifi/prompt 0", "cloud a",
+                     "draws wifi/prompt 1", "cloud b", "draws wifi/prompt 1", "spec b"]
+    assert spec == cloud == ["a", "b"]

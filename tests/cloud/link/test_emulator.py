@@ -199,6 +199,28 @@ def test_loss_shows_as_retransmission_stalls(echo):
     assert stalled and len(stalled) < len(rtts), rtts
 
 
+def test_reseed_gives_live_and_new_connections_the_same_draws(echo):
+    """Common random numbers for benchmarks: after reseed(key), a connection opened before and one
+    opened after meet their losses on the same round trips (and a new key, other ones)."""
+    profile = LinkProfile(rtt_ms=2, loss_pct=50)
+
+    def stalls(sock) -> list[bool]:
+        return [round_trip_ms(sock) >= profile.rto_ms - 1.0 for _ in range(8)]
+
+    with LinkEmulator(echo, profile, seed=3) as link, connect(link) as early:
+        round_trip_ms(early)  # its own draws, before any key
+        link.reseed("prompt 1")
+        first = stalls(early)
+        with connect(link) as late:
+            link.reseed("prompt 1")  # the early connection starts the key's draws again too
+            assert stalls(late) == first
+            assert stalls(early) == first
+            link.reseed("prompt 2")
+            other = stalls(late)
+    assert any(first) and not all(first), first
+    assert other != first  # (seed 3's draws: fixed, not luck)
+
+
 def test_reset_gives_the_client_a_connection_reset(echo):
     with LinkEmulator(echo, PROFILES["lan"]) as link:
         with connect(link) as sock:
