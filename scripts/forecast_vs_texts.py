@@ -1,0 +1,63 @@
+"""k=auto's speculative forecast at each text's start against what the text then did.
+
+One k=auto client over held-out texts through an emulated link (a local Serve on the demo pair):
+before each text, the forecast's parts (the k the policy reaches, E[tokens | k], the chance a
+block sent ahead holds, the round's cost, the measured bias, the forecast in ms/token); after
+it, what the request measured (ms/token, tokens per round, blocks sent ahead that held, the
+path k=auto took). docs/links.md ("Does k=auto pick the faster path?") quotes a run.
+
+    .venv/bin/python scripts/forecast_vs_texts.py [--link wifi] [--texts 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from edgespec.cloud.bench.harness import Harness, load_prompts
+from edgespec.cloud.link.profiles import get_profile
+from edgespec.edge.aclient import AsyncEdgeClient
+from edgespec.edge.planner import Planner
+
+
+def forecast_parts(planner: Planner) -> str:
+    k = planner.reachable_k()
+    if k is None:
+        return "no forecast yet"
+    tokens, holds = planner._tokens_and_holds()
+    forecast = planner.predicted_speculative() or 0.0
+    return (f"k {k}, E[tokens|k] {tokens[k]:.1f}, holds {holds[k]:.2f}, round {planner.predicted_round_ms(k):.1f} ms, "
+            f"bias {planner.est.spec_bias:.2f} -> {forecast:.1f} ms/token")
+
+
+async def probe(address: str, draft: str, prompts: list[str]) -> None:
+    async with AsyncEdgeClient(address, draft, timeout=120) as client:
+        await client.generate(prompts[0], max_new_tokens=16)  # as the benchmarks warm a client up
+        for i, prompt in enumerate(prompts):
+            planner = next(iter(client._planners.values()))
+            before = forecast_parts(planner)
+            stats = (await client.generate(prompt, max_new_tokens=128, stop_token_ids=())).stats
+            held = f"{stats.ahead_hits}/{stats.ahead_hits + stats.discarded_blocks}"
+            path = "; ".join(f"{d['to_path']} at {d['at_token']}" for d in stats.switch_log)
+            print(f"text {i + 1}: forecast {before} | did {stats.ms_per_token:.1f} ms/token, "
+                  f"{stats.mean_acceptance_length:.1f} tokens a round over {stats.rounds} rounds, {held} sent ahead held, "
+                  f"{stats.cloud_only_tokens} streamed ({path})", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--link", default="wifi", help="link profile (edgespec link --help)")
+    parser.add_argument("--texts", type=int, default=8, help="held-out texts, in file order")
+    parser.add_argument("--prompts", default="prompts/heldout.jsonl")
+    args = parser.parse_args()
+    prompts = load_prompts(args.prompts, args.texts)
+    with Harness("models/demo/target", "models/demo/draft") as harness:
+        harness.warm_up(prompts[0])
+        harness.use_link(get_profile(args.link))
+        asyncio.run(probe(harness.address, str(harness.draft), prompts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
