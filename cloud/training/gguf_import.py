@@ -21,6 +21,7 @@ Re-running an import writes byte-identical files (no timestamps or paths in them
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -140,20 +141,15 @@ def _gguf_parsed_once() -> Iterator[None]:
     import gguf
 
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers, maps = {}, {}
+    readers = {}
 
     def shared_reader(path, mode="r"):
-        key = (os.path.realpath(str(path)), mode)
+        key = (os.path.realpath(str(path)), mode)  # the same file however its path is spelled
         if key not in readers:
             readers[key] = reader_class(path, mode)
         return readers[key]
 
-    def shared_name_map(arch, n_blocks):
-        if (arch, n_blocks) not in maps:
-            maps[arch, n_blocks] = name_map(arch, n_blocks)
-        return maps[arch, n_blocks]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, shared_name_map
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, functools.cache(name_map)
     try:
         yield
     finally:
