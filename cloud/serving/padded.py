@@ -1,5 +1,5 @@
 """The padded batch: the path for families whose attention bypasses transformers' attention
-interface (Falcon computes its own attention), so the packed path (``paged_attention.py``)
+interface (Falcon did before transformers 5.25), so the packed path (``paged_attention.py``)
 cannot serve them. Each session keeps its own ``DynamicCache``.
 
 A batch of sessions with context lengths L_b and n_b new tokens runs as one padded forward:

@@ -31,19 +31,35 @@ PLAIN = ("llama", "qwen3", "gemma", "gpt2", "gpt_neox", "opt", "falcon", "codege
 # ALiBi (bloom) builds its bias from a 2D mask and refuses our 4D one: it is verified one session
 # at a time (the check at load finds out), still losslessly.
 UNBATCHED = {"bloom"}
-# Falcon computes its own attention (not through transformers' attention interface), so it cannot
-# read the KV pool: it keeps the padded batch (padded.py). Every other family takes the packed path.
-PADDED = {"falcon"}
-FAMILIES = {**{f"{name}-window": (name, extra) for name, extra in SLIDING.items()}, **{name: (name, {}) for name in PLAIN}}
+# Falcon computed its own attention (not through transformers' attention interface) until
+# transformers 5.25, so it could not read the KV pool and the engine's check at load sent it to
+# the padded batch (padded.py); from 5.25 it takes the packed path like the others. Either is right:
+# the check decides, not the version.
+EITHER = {"falcon"}
+# The padded batch, forced (the packed check made to fail), on the family that once needed it, a
+# plain one and two windowed ones (one mask; one per layer type): the path every model whose
+# attention bypasses the interface takes, whichever families those are in the installed transformers.
+FORCED_PADDED = {"falcon-padded": ("falcon", {}), "llama-padded": ("llama", {}),
+                 "mistral-window-padded": ("mistral", SLIDING["mistral"]), "gemma2-window-padded": ("gemma2", SLIDING["gemma2"])}
+FAMILIES = {**{f"{name}-window": (name, extra) for name, extra in SLIDING.items()}, **{name: (name, {}) for name in PLAIN},
+            **FORCED_PADDED}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def engine(request, tmp_path_factory):
     family, extra = FAMILIES[request.param]
     model_dir = build_tiny_family(tmp_path_factory.mktemp(request.param), family, **extra)
-    engine = TargetEngine(VerifierConfig(model=str(model_dir), device="cpu"))
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param in FORCED_PADDED:
+            patch.setattr(TargetEngine, "_packed_matches_plain", lambda self: False)
+        engine = TargetEngine(VerifierConfig(model=str(model_dir), device="cpu"))
     assert engine.can_batch is (family not in UNBATCHED)
-    assert engine.path == ("single" if family in UNBATCHED else "padded" if family in PADDED else "paged")
+    if request.param in FORCED_PADDED:
+        assert engine.path == "padded"
+    elif family in EITHER:
+        assert engine.path in ("paged", "padded")
+    else:
+        assert engine.path == ("single" if family in UNBATCHED else "paged")
     return engine
 
 
