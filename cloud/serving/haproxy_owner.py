@@ -121,6 +121,21 @@ def haproxy_processes(directory: Path) -> list[psutil.Process]:
     return found
 
 
+def owner_processes(directory: Path) -> list[psutil.Process]:
+    """The processes started with the owner at ``directory``'s settings in their environment: the
+    local Ray instance its serve started (GCS, raylet, workers, and the proxy actor that respawns
+    HAProxy) and that instance's HAProxy."""
+    config = str(directory / CONFIG_FILE)
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("RAY_SERVE_HAPROXY_CONFIG_FILE_LOC") == config:
+                found.append(proc)
+        except psutil.Error:  # gone, a zombie, or another user's
+            continue
+    return found
+
+
 def end_processes(processes: list[psutil.Process], timeout_s: float = 3.0) -> None:
     for proc in processes:
         try:
@@ -155,7 +170,8 @@ def stop_haproxy(directory: Path, settle_s: float = 1.0, timeout_s: float = 10.0
 
 
 def reap_orphans(root: Path | None = None) -> list[dict]:
-    """Ends the HAProxy of every owner under ``root`` whose process is gone; returns their states."""
+    """Ends the HAProxy, and the local Ray, of every owner under ``root`` whose process is gone;
+    returns their states."""
     root = root or state_root()
     reaped = []
     for state_file in sorted(root.glob(f"*/{STATE_FILE}")):
@@ -166,6 +182,9 @@ def reap_orphans(root: Path | None = None) -> list[dict]:
         started = _process_started(state["owner_pid"])
         if started is not None and abs(started - state["owner_started"]) < 1.0:
             continue  # a live owner (same pid, same start time): its HAProxy is its own business
+        # Its Ray first: a SIGKILLed serve's local Ray outlives it for a while, and its proxy
+        # actor starts a new HAProxy on the serve's port when the old one is ended.
+        end_processes(owner_processes(state_file.parent))
         state["ended"] = stop_haproxy(state_file.parent, settle_s=0.5)
         shutil.rmtree(state_file.parent, ignore_errors=True)
         reaped.append(state)

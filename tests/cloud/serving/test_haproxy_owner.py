@@ -1,5 +1,5 @@
 """haproxy_owner: an owner's ports and files, the loopback rewrite, and reaping by identity
-(a fake "haproxy" process: a python named haproxy). No Ray, ~2 s."""
+(a fake "haproxy" process: a python named haproxy). No Ray, ~5 s."""
 
 from __future__ import annotations
 
@@ -96,3 +96,41 @@ def test_a_gone_owners_haproxy_is_reaped_and_a_live_ones_is_not(root, tmp_path):
         for proc in (orphan, ours):
             if proc.poll() is None:
                 proc.kill()
+
+
+RESPAWNER = """
+import subprocess, sys, time
+while True:  # a proxy actor: a new HAProxy a second after the last one ended
+    child = subprocess.Popen(sys.argv[1:])
+    child.wait()
+    time.sleep(1.0)
+"""
+
+
+def test_a_gone_owners_ray_is_ended_before_its_haproxy_so_nothing_respawns_it(root, tmp_path):
+    gone = root / "gone"
+    gone.mkdir()
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    (gone / "owner.json").write_text(json.dumps({"owner_pid": finished.pid, "owner_started": 0.0}))
+    binary = tmp_path / "haproxy"
+    binary.symlink_to(sys.executable)
+    env = {**os.environ, "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(gone / "haproxy.cfg")}
+    proxy_actor = subprocess.Popen([sys.executable, "-c", RESPAWNER, str(binary), "-c", "import time; time.sleep(120)",
+                                    "-f", str(gone / "node" / "haproxy.cfg")], env=env)
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while not haproxy_processes(gone) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert haproxy_processes(gone)
+        assert [state["owner_pid"] for state in reap_orphans(root)] == [finished.pid]
+        assert proxy_actor.wait(timeout=10) is not None
+        time.sleep(1.5)  # past the respawner's second
+        assert not haproxy_processes(gone)
+    finally:
+        if proxy_actor.poll() is None:
+            proxy_actor.kill()
+        for proc in haproxy_processes(gone):
+            proc.kill()
