@@ -1,0 +1,101 @@
+"""What leaving speculation for the stream costs, measured: a switch forced at a fixed token
+against a cloud-only request of the same text, over an emulated link.
+
+Per text, with the link's draws paired across the arms (``Harness.pair_draws``): a cloud-only
+request, and a k=auto request made to speculate until ``--at`` tokens and then stream (its
+planner's ``should_switch`` forced). Printed per text: the gap from the switch to the first
+streamed token against what the planner prices a switch at (``switch_cost_ms``: round trip +
+the replica's prefill), and the stream's rate after the switch against the cloud-only
+request's over the same tokens. docs/links.md quotes a run.
+
+    .venv/bin/python scripts/switch_cost.py [--link 5g] [--texts 6] [--at 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+from edgespec.cloud.bench.harness import Harness, load_prompts
+from edgespec.cloud.link.profiles import get_profile
+from edgespec.edge.aclient import AsyncEdgeClient
+from edgespec.edge.params import GenerationParams
+from edgespec.edge.planner import Path, Planner
+
+NEW_TOKENS = 128
+
+
+class SwitchAt(Planner):
+    """Speculates from the start and streams from ``at`` generated tokens on; notes the switch
+    cost it would have priced at that moment."""
+
+    at = 48
+    priced_ms: float | None = None
+
+    def first_path(self, max_new_tokens: int, max_k: int = 16) -> Path:
+        super().first_path(max_new_tokens, max_k)
+        self.priced_ms = None
+        return Path.SPECULATIVE
+
+    def should_switch(self, current: Path, remaining: int) -> bool:
+        if current == Path.SPECULATIVE and NEW_TOKENS - remaining >= self.at:
+            self.priced_ms = self.switch_cost_ms()
+            return True
+        return False
+
+
+async def timed(client: AsyncEdgeClient, prompt: str, **params) -> tuple[list[tuple[float, int]], object]:
+    """(seconds since the request, tokens so far) at every piece, and the stream (its result, segments)."""
+    stream, marks, start = client.stream(prompt, max_new_tokens=NEW_TOKENS, stop_token_ids=(), **params), [], time.perf_counter()
+    async for _ in stream:
+        marks.append((time.perf_counter() - start, len(stream.token_ids)))
+    return marks, stream
+
+
+def time_at(marks: list[tuple[float, int]], tokens: int) -> float:
+    """When the request first had at least ``tokens`` tokens."""
+    return next(t for t, n in marks if n >= tokens)
+
+
+async def probe(harness: Harness, prompts: list[str], at: int) -> None:
+    async with AsyncEdgeClient(harness.address, str(harness.draft), timeout=120) as client:
+        await client.generate(prompts[0], max_new_tokens=16)  # as the benchmarks warm a client up
+        planner = await client.planner(GenerationParams(max_new_tokens=NEW_TOKENS, stop_token_ids=()))
+        planner.__class__ = SwitchAt
+        planner.at = at
+        for i, prompt in enumerate(prompts):
+            harness.pair_draws(f"switch/prompt {i}")
+            cloud, _ = await timed(client, prompt, speculate=False)
+            harness.pair_draws(f"switch/prompt {i}")
+            forced, stream = await timed(client, prompt)
+            spoken = [n for _, n in forced]
+            left = next(n for n in spoken if n >= at)  # the tokens when the switch was made
+            first_streamed = next(n for n in spoken if n > left)
+            gap_ms = (time_at(forced, first_streamed) - time_at(forced, left)) * 1000
+            after = (forced[-1][0] - time_at(forced, first_streamed)) * 1000 / max(spoken[-1] - first_streamed, 1)
+            cloud_after = (cloud[-1][0] - time_at(cloud, first_streamed)) * 1000 / max(cloud[-1][1] - first_streamed, 1)
+            print(f"text {i + 1}: switched at {left} ({stream.segments}); first streamed token {gap_ms:.0f} ms later "
+                  f"(priced {planner.priced_ms or 0:.0f} ms); then {after:.1f} ms/token, the cloud-only request "
+                  f"{cloud_after:.1f} over the same tokens; whole: {forced[-1][0] * 1000 / spoken[-1]:.1f} against "
+                  f"{cloud[-1][0] * 1000 / cloud[-1][1]:.1f} ms/token", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--link", default="5g", help="link profile (edgespec link --help)")
+    parser.add_argument("--texts", type=int, default=6, help="held-out texts, in file order")
+    parser.add_argument("--at", type=int, default=48, help="tokens speculated before the switch")
+    parser.add_argument("--prompts", default="prompts/heldout.jsonl")
+    args = parser.parse_args()
+    prompts = load_prompts(args.prompts, args.texts)
+    with Harness("models/demo/target", "models/demo/draft") as harness:
+        harness.warm_up(prompts[0])
+        harness.use_link(get_profile(args.link))
+        asyncio.run(probe(harness, prompts, args.at))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
