@@ -12,11 +12,11 @@ path k=auto took). docs/links.md ("Does k=auto pick the faster path?") quotes a 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
-from edgespec.cloud.bench.harness import Harness, load_prompts
-from edgespec.cloud.link.profiles import get_profile
+from demo_link import run_on_link
+
+from edgespec.cloud.bench.harness import Harness
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.planner import Planner
 
@@ -31,8 +31,8 @@ def forecast_parts(planner: Planner) -> str:
             f"bias {planner.est.spec_bias:.2f} -> {forecast:.1f} ms/token")
 
 
-async def probe(address: str, draft: str, prompts: list[str]) -> None:
-    async with AsyncEdgeClient(address, draft, timeout=120) as client:
+async def probe(harness: Harness, prompts: list[str], args: argparse.Namespace) -> None:
+    async with AsyncEdgeClient(harness.address, str(harness.draft), timeout=120) as client:
         await client.generate(prompts[0], max_new_tokens=16)  # as the benchmarks warm a client up
         for i, prompt in enumerate(prompts):
             planner = next(iter(client._planners.values()))
@@ -46,17 +46,7 @@ async def probe(address: str, draft: str, prompts: list[str]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--link", default="wifi", help="link profile (edgespec link --help)")
-    parser.add_argument("--texts", type=int, default=8, help="held-out texts, in file order")
-    parser.add_argument("--prompts", default="prompts/heldout.jsonl")
-    args = parser.parse_args()
-    prompts = load_prompts(args.prompts, args.texts)
-    with Harness("models/demo/target", "models/demo/draft") as harness:
-        harness.warm_up(prompts[0])
-        harness.use_link(get_profile(args.link))
-        asyncio.run(probe(harness.address, str(harness.draft), prompts))
-    return 0
+    return run_on_link(__doc__.split("\n\n")[0].replace("\n", " "), probe, link="wifi", texts=8)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ request's over the same tokens. docs/links.md quotes a run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 
-from edgespec.cloud.bench.harness import Harness, load_prompts
-from edgespec.cloud.link.profiles import get_profile
+from demo_link import run_on_link
+
+from edgespec.cloud.bench.harness import Harness
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.params import GenerationParams
 from edgespec.edge.planner import Path, Planner
@@ -59,7 +59,8 @@ def time_at(marks: list[tuple[float, int]], tokens: int) -> float:
     return next(t for t, n in marks if n >= tokens)
 
 
-async def probe(harness: Harness, prompts: list[str], at: int) -> None:
+async def probe(harness: Harness, prompts: list[str], args: argparse.Namespace) -> None:
+    at = args.at
     async with AsyncEdgeClient(harness.address, str(harness.draft), timeout=120) as client:
         await client.generate(prompts[0], max_new_tokens=16)  # as the benchmarks warm a client up
         planner = await client.planner(GenerationParams(max_new_tokens=NEW_TOKENS, stop_token_ids=()))
@@ -83,18 +84,8 @@ async def probe(harness: Harness, prompts: list[str], at: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--link", default="5g", help="link profile (edgespec link --help)")
-    parser.add_argument("--texts", type=int, default=6, help="held-out texts, in file order")
-    parser.add_argument("--at", type=int, default=48, help="tokens speculated before the switch")
-    parser.add_argument("--prompts", default="prompts/heldout.jsonl")
-    args = parser.parse_args()
-    prompts = load_prompts(args.prompts, args.texts)
-    with Harness("models/demo/target", "models/demo/draft") as harness:
-        harness.warm_up(prompts[0])
-        harness.use_link(get_profile(args.link))
-        asyncio.run(probe(harness, prompts, args.at))
-    return 0
+    return run_on_link(__doc__.split("\n\n")[0].replace("\n", " "), probe, link="5g", texts=6, add_arguments=lambda parser: parser.add_argument(
+        "--at", type=int, default=48, help="tokens speculated before the switch"))
 
 
 if __name__ == "__main__":
