@@ -175,8 +175,11 @@ def init_ray(
 
 # Ray's local head waits a fixed 30 s for its raylet to register with the GCS. On a loaded
 # 2-core machine it once did not (the raylet had written no log at all), and the serve failed:
-# the start is tried once more, after the failed one's processes are stopped.
+# the start is tried once more, after the failed one's processes are stopped. Once the GCS
+# itself never wrote its port (no log either: its process, forked while other threads were in
+# gRPC, never reached exec), which the same second try gets past.
 LOCAL_START_ATTEMPTS = 2
+RETRIED_STARTS = ("timed out during startup", "Timed out waiting for file")
 
 
 def _start_local_ray(**init_args) -> None:
@@ -188,7 +191,7 @@ def _start_local_ray(**init_args) -> None:
             ray.init(address="local", **init_args)
             return
         except Exception as exc:  # Ray raises a bare Exception for this
-            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_ATTEMPTS:
+            if not any(words in str(exc) for words in RETRIED_STARTS) or attempt == LOCAL_START_ATTEMPTS:
                 raise
             log.warning("Ray's local node did not start (%s); stopping what it started and trying again", exc)
             _stop_failed_local_session(begun)
@@ -198,7 +201,8 @@ def _stop_failed_local_session(begun: float) -> None:
     """Kills the processes of the session this process began at or after ``begun``: a head
     that fails in ``ray.init`` leaves its GCS, monitors and dashboard running (none of them
     know the driver gave up). They carry the session's name (``session_<time>_<pid>``) in
-    their command lines."""
+    their command lines; a child forked for one that never reached exec is a copy of this
+    process (its command line)."""
     import glob
 
     import psutil
@@ -211,6 +215,13 @@ def _stop_failed_local_session(begun: float) -> None:
         command = " ".join(process.info["cmdline"] or ())
         if process.pid != os.getpid() and any(name in command for name in names):
             doomed.append(process)
+    me = psutil.Process()
+    for child in me.children():
+        try:
+            if child.cmdline() == me.cmdline() and child.create_time() >= begun - 1:
+                doomed.append(child)
+        except psutil.Error:
+            continue
     end_processes(doomed)
 
 

@@ -1,5 +1,6 @@
-"""A local Ray whose node does not come up in Ray's fixed 30 s is started once more, after the
-failed start's processes are stopped; any other failure is raised as it is."""
+"""A local Ray whose node does not come up in Ray's fixed 30 s, or whose GCS never writes its
+port, is started once more, after the failed start's processes are stopped; any other failure
+is raised as it is."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from edgespec.cloud.serving import app
 
 STALLED = Exception("The current node timed out during startup. This could happen because some of the raylet "
                     "failed to startup or the GCS has become overloaded.")
+
+
+NO_GCS = RuntimeError("Timed out waiting for file /tmp/ray/session_2026-12-03_19-00-02_677334_4842/"
+                      "gcs_server_port_e714f18e6cabb5bd5c3e6d22fb3122396ee637ade23d2c829294cf1a")
 
 
 class FakeRay:
@@ -48,6 +53,12 @@ def test_a_stalled_node_is_started_once_more_after_its_processes_stop(fake_ray):
     assert len(stopped) == 1
 
 
+def test_a_gcs_that_never_wrote_its_port_is_started_once_more(fake_ray):
+    fake, stopped = fake_ray(NO_GCS, None)
+    app._start_local_ray()
+    assert len(fake.calls) == 2 and len(stopped) == 1
+
+
 def test_a_second_stall_and_any_other_failure_are_raised(fake_ray):
     fake, stopped = fake_ray(STALLED, STALLED)
     with pytest.raises(Exception, match="timed out during startup"):
@@ -75,3 +86,19 @@ def test_the_failed_sessions_processes_are_killed_and_no_other(tmp_path, monkeyp
         for process in (failed, other):
             process.kill()
             process.wait()
+
+
+def test_a_child_forked_for_the_failed_start_that_never_reached_exec_is_killed():
+    import multiprocessing
+
+    import psutil
+
+    begun = time.time()
+    stuck = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))  # a copy of this process
+    stuck.start()
+    try:
+        app._stop_failed_local_session(begun)
+        assert not psutil.pid_exists(stuck.pid)  # ended and reaped (end_processes waits on it)
+    finally:
+        if psutil.pid_exists(stuck.pid):
+            stuck.kill()
