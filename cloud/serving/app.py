@@ -216,9 +216,10 @@ def _stop_failed_local_session(begun: float) -> None:
         if process.pid != os.getpid() and any(name in command for name in names):
             doomed.append(process)
     me = psutil.Process()
+    mine = me.cmdline()
     for child in me.children():
         try:
-            if child.cmdline() == me.cmdline() and child.create_time() >= begun - 1:
+            if child.cmdline() == mine and child.create_time() >= begun - 1:
                 doomed.append(child)
         except psutil.Error:
             continue

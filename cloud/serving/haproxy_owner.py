@@ -51,6 +51,7 @@ PORT_RANGE = (20000, 29999)
 STATE_FILE = "owner.json"
 SOCKET_PATH_MAX = 97  # HAProxy refuses longer unix socket paths
 CONFIG_FILE = "haproxy.cfg"
+CONFIG_VARIABLE = "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"  # the owner's config path, in every process it starts
 
 
 def state_root() -> Path:
@@ -129,7 +130,7 @@ def owner_processes(directory: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get("RAY_SERVE_HAPROXY_CONFIG_FILE_LOC") == config:
+            if proc.pid != os.getpid() and proc.environ().get(CONFIG_VARIABLE) == config:
                 found.append(proc)
         except psutil.Error:  # gone, a zombie, or another user's
             continue
@@ -255,7 +256,7 @@ class HAProxyOwner:
         env = {
             "RAY_SERVE_HAPROXY_STATS_PORT": str(self.stats_port),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(self.metrics_port),
-            "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(self.config_file),
+            CONFIG_VARIABLE: str(self.config_file),
             "RAY_SERVE_HAPROXY_SOCKET_PATH": str(self.directory / "admin.sock"),
             "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(self.directory),
             "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(self.directory / "server-state"),

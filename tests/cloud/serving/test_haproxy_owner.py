@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from edgespec.cloud.serving import haproxy_owner
-from edgespec.cloud.serving.haproxy_owner import PORT_RANGE, REPLICA_WINDOW, HAProxyOwner, haproxy_processes, reap_orphans
+from edgespec.cloud.serving.haproxy_owner import (
+    CONFIG_VARIABLE, PORT_RANGE, REPLICA_WINDOW, HAProxyOwner, haproxy_processes, reap_orphans)
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ def test_a_gone_owners_ray_is_ended_before_its_haproxy_so_nothing_respawns_it(ro
     (gone / "owner.json").write_text(json.dumps({"owner_pid": finished.pid, "owner_started": 0.0}))
     binary = tmp_path / "haproxy"
     binary.symlink_to(sys.executable)
-    env = {**os.environ, "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(gone / "haproxy.cfg")}
+    env = {**os.environ, CONFIG_VARIABLE: str(gone / "haproxy.cfg")}
     proxy_actor = subprocess.Popen([sys.executable, "-c", RESPAWNER, str(binary), "-c", "import time; time.sleep(120)",
                                     "-f", str(gone / "node" / "haproxy.cfg")], env=env)
     try:
