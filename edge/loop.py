@@ -53,3 +53,8 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()
         raise
+    finally:
+        # A raised error's traceback holds this frame, and this frame the future that holds the
+        # error: a cycle that only the garbage collector ends. Until it runs, the failed call's
+        # frames keep its gRPC channel's connection retrying, closed channel or not.
+        del future

@@ -6,6 +6,8 @@ benchmark; the end-to-end check, against a real server, is in tests/e2e/test_ben
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -42,3 +44,29 @@ def test_run_from_the_loops_own_thread_is_refused():
         return True
 
     assert loop.run(nested())
+
+
+def test_a_failed_call_is_freed_at_once_not_by_the_garbage_collector():
+    """A failed gRPC call's frames held its channel's connection, which kept retrying (a TLS
+    handshake with the wrong CA, every few seconds) after the client was closed, until the
+    garbage collector broke the cycle the raised error made through ``run``'s frame."""
+
+    class Held:
+        pass
+
+    held: list[weakref.ref] = []
+
+    async def fails():
+        resource = Held()  # what the failed call's frame holds (its gRPC call, in the SDK)
+        held.append(weakref.ref(resource))
+        raise ValueError("boom")
+
+    gc.disable()
+    try:
+        try:
+            loop.run(fails())
+        except ValueError:
+            pass
+        assert held[0]() is None, "the failed coroutine's frame outlived the error"
+    finally:
+        gc.enable()
