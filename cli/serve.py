@@ -154,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
     stopping = _install_stop_handlers(stop)
     haproxy = None
     if not (args.address or os.environ.get("RAY_ADDRESS")) and resolve_ingress(args.ingress) == "haproxy":
+        own_ports = (args.grpc_port, args.http_port, args.tls_port if args.tls_cert else None)
         haproxy = HAProxyOwner.claim(stats_port=args.haproxy_stats_port, metrics_port=args.haproxy_metrics_port,
-                                     expose_stats=args.expose_haproxy_stats)
+                                     expose_stats=args.expose_haproxy_stats, avoid=own_ports)
     terminator = None
     try:
         init_ray(args.address, ingress=args.ingress, haproxy=haproxy)

@@ -40,6 +40,7 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,13 +220,18 @@ class HAProxyOwner:
 
     @classmethod
     def claim(cls, *, stats_port: int | None = None, metrics_port: int | None = None, expose_stats: bool = False,
-              root: Path | None = None) -> "HAProxyOwner":
-        """Reaps orphaned HAProxies, then takes a state directory and two ports for this process."""
+              root: Path | None = None, avoid: Iterable[int | None] = ()) -> "HAProxyOwner":
+        """Reaps orphaned HAProxies, then takes a state directory and two ports for this process.
+
+        ``avoid``: ports this process will listen on later (the serve's own gRPC and HTTP
+        ingress): free now, so a port chosen here could otherwise be one of them."""
         root = root or state_root()
         reap_orphans(root)
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        stats_port = stats_port or free_port()
-        metrics_port = metrics_port or free_port(avoid={stats_port})
+        taken = {port for port in avoid if port}
+        stats_port = stats_port or free_port(avoid=taken)
+        taken.add(stats_port)
+        metrics_port = metrics_port or free_port(avoid=taken)
         if stats_port == metrics_port:
             raise ValueError(f"the HAProxy stats and metrics ports must differ (both {stats_port})")
         directory = root / secrets.token_hex(4)
@@ -234,8 +240,9 @@ class HAProxyOwner:
             raise ValueError(f"HAProxy state directory {directory} is too long: its socket paths would be {longest} "
                              f"characters, HAProxy takes {SOCKET_PATH_MAX} (set EDGESPEC_STATE_DIR to a shorter path)")
         directory.mkdir(mode=0o700)
-        fallback_grpc_port = free_port(avoid={stats_port, metrics_port})
-        fallback_http_port = free_port(avoid={stats_port, metrics_port, fallback_grpc_port})
+        taken.add(metrics_port)
+        fallback_grpc_port = free_port(avoid=taken)
+        fallback_http_port = free_port(avoid=taken | {fallback_grpc_port})
         owner = cls(directory, stats_port, metrics_port, expose_stats, fallback_grpc_port, fallback_http_port,
                     free_replica_window())
         if not expose_stats:

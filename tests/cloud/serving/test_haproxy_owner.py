@@ -60,6 +60,23 @@ def test_an_owner_has_its_own_files_and_two_free_ports_outside_rays_ranges(root)
     assert not owner.directory.exists()
 
 
+
+def test_an_owner_never_takes_the_ports_its_serve_will_listen_on(root, monkeypatch):
+    """The serve's own ingress ports are free while the owner is claimed (Serve binds them
+    later): a stats port drawn equal to the gRPC port made HAProxy refuse to start ("cannot bind
+    socket ... for proxy stats"). Six ports in all, two of them the serve's: the owner's four are
+    exactly the other four, wherever the draw starts."""
+    low = PORT_RANGE[0]
+    monkeypatch.setattr(haproxy_owner, "PORT_RANGE", (low, low + 5))
+    monkeypatch.setattr(haproxy_owner, "_bindable", lambda port, host: True)
+    for _ in range(8):
+        monkeypatch.setattr(haproxy_owner, "_handed_out", set())
+        owner = HAProxyOwner.claim(root=root, avoid=(low + 1, None, low + 4))
+        taken = {owner.stats_port, owner.metrics_port, owner.fallback_grpc_port, owner.fallback_http_port}
+        owner.stop()
+        assert taken == {low, low + 2, low + 3, low + 5}
+
+
 def test_the_wrapper_binds_stats_and_metrics_on_loopback_only(tmp_path):
     config = tmp_path / "haproxy.cfg"
     config.write_text("frontend prometheus\n    bind :9101\nfrontend grpc\n    bind 127.0.0.1:9000 proto h2\n"
