@@ -55,7 +55,8 @@ A hopeless draft is left fast, a good one that started slowly is not. Every roun
 round replayed over a stream) is evidence on the per-position acceptance a; with Jeffreys'
 prior, a | rounds ~ Beta(1/2 + accepted, 1/2 + rejected). The break-even a* is the least
 acceptance at which speculation (at its best k, geometric acceptance, the cost model above)
-beats the stream; ``chance_to_win`` = P(a >= a*). Below ``WIN_CHANCE`` speculation is left
+beats the stream; ``chance_to_win`` = P(a >= a*). Below ``WIN_CHANCE`` (on this text's own
+rounds, and where this text's rounds price staying above the switches) speculation is left
 on the segment's second or third round (the first one rides with the Open and costs what a
 stream's first token does; from ``MIN_ROUNDS`` on the segment's measured rate decides, with
 the forecast: a posterior over the last rounds alone would leave at every hard passage), and
@@ -352,8 +353,12 @@ class Planner(Forecast):
                 return bool(self._decide(at, current, other, forecast, cloud, "hopeless: not even an always-right draft wins"))
             # (on this text's own rounds: the last text's would end every new one that follows a hard one)
             if 2 <= self._segment_rounds < self.MIN_ROUNDS and self.unpromising(this_text=True):  # (later: its measured rate decides)
-                if remaining * (forecast - cloud) > 2 * self.switch_cost_ms():
-                    return bool(self._decide(at, current, other, forecast, cloud, f"unpromising: P(win) {self.text_chance_to_win():.2f}"))
+                # staying is priced on this text's own rounds: the forecast pooled over the texts
+                # before it called every new text faster, this one too, and kept a hard one speculating
+                own = self.segment_forecast()
+                stay = forecast if own is None else own
+                if remaining * (stay - cloud) > 2 * self.switch_cost_ms():
+                    return bool(self._decide(at, current, other, stay, cloud, f"unpromising: P(win) {self.text_chance_to_win():.2f}"))
                 return False
             if self._segment_rounds < self.MIN_ROUNDS:
                 return False

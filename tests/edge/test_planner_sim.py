@@ -233,3 +233,22 @@ def test_a_short_first_request_lets_the_shadow_vouch_for_the_next_one(seed):
     assert run.switches[0].to_path == "speculative" and run.speculative_tokens() >= 120, run.switches
     warm, run = first_two(0.0)
     assert warm.segments == [("cloud_only", 16)] and run.segments == [("cloud_only", 128)], run.switches
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_hard_text_after_easy_ones_is_left_within_its_first_rounds(seed):
+    """bench planner on 4G (run 21, prompt 3): three easy texts, then a hard one, started
+    speculating on the forecast pooled over them. Its own rounds said "cannot win" by the third
+    (P(win) 0.06, then 0.0), but the leave was priced on the pooled forecast (5.8 ms/token
+    against cloud-only's 11.6), so it speculated 31 tokens at ~45 ms/token: 21.8 ms/token for the
+    text against cloud-only's 13.0. Priced on the text's own rounds, it leaves on its second or
+    third round."""
+    def rate(position: int) -> float:
+        return 0.3 if 384 <= position < 512 else 0.92
+    w = world(33.0, bernoulli_hits(rate, seed), forward_ms=6.0, forward_per_draft_ms=0.5, decode_ms=8.0)
+    sim = Sim(w)
+    hard = [sim.generate(128) for _ in range(4)][3]
+    assert hard.switches[0].to_path == "speculative"  # the easy texts before said so
+    left = hard.first_switch_after(0, "cloud_only")
+    assert left is not None and left <= 8, [(s.at_token, s.to_path, s.reason) for s in hard.switches]
+    assert hard.ms <= 1.25 * cloud_only_ms(w, 128, 384), (hard.ms, cloud_only_ms(w, 128, 384))
