@@ -353,10 +353,12 @@ class Planner(Forecast):
                 return bool(self._decide(at, current, other, forecast, cloud, "hopeless: not even an always-right draft wins"))
             # (on this text's own rounds: the last text's would end every new one that follows a hard one)
             if 2 <= self._segment_rounds < self.MIN_ROUNDS and self.unpromising(this_text=True):  # (later: its measured rate decides)
-                # staying is priced on this text's own rounds: the forecast pooled over the texts
-                # before it called every new text faster, this one too, and kept a hard one speculating
+                # staying is priced on this text's own rounds as much as on the forecast pooled
+                # over the texts before: that alone called every new text faster, this one too,
+                # and kept a hard one speculating (two or three rounds alone are no price either:
+                # a text that starts hard may win over its rest)
                 own = self.segment_forecast()
-                stay = forecast if own is None else own
+                stay = forecast if own is None else (own + forecast) / 2
                 if remaining * (stay - cloud) > 2 * self.switch_cost_ms():
                     return bool(self._decide(at, current, other, stay, cloud, f"unpromising: P(win) {self.text_chance_to_win():.2f}"))
                 return False
