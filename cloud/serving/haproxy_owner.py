@@ -64,18 +64,43 @@ def state_root() -> Path:
 
 
 _handed_out: set[int] = set()  # never the same port twice from one process (the first may not be bound yet)
+# ...nor from two processes of this user: a port handed out is reserved here for RESERVE_S. Two
+# serves starting side by side each draw ports that stay free until their HAProxy binds them;
+# HAProxy binds with SO_REUSEPORT, so a port drawn twice is shared, not refused, and a gRPC
+# client of one serve met the other's HTTP stats page (and aborted in gRPC's frame check).
+RESERVATIONS = Path(f"/tmp/edgespec-ports-{os.getuid()}")
+RESERVE_S = 300.0
 
 
 def free_port(host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> int:
-    """A port in ``PORT_RANGE`` nothing listens on now (bind-tested on ``host`` and all interfaces)."""
+    """A port in ``PORT_RANGE`` nothing listens on now (bind-tested on ``host`` and all
+    interfaces) that no process of this user was handed in the last ``RESERVE_S`` seconds."""
     low, high = PORT_RANGE
     start = low + (os.getpid() * 7919 + time.monotonic_ns()) % (high - low)  # spread concurrent callers
     for offset in range(high - low + 1):
         port = low + (start - low + offset) % (high - low + 1)
-        if port not in avoid and port not in _handed_out and _bindable(port, host) and _bindable(port, "0.0.0.0"):
+        if (port not in avoid and port not in _handed_out and _bindable(port, host) and _bindable(port, "0.0.0.0")
+                and _reserve(port)):
             _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {low}-{high}")
+
+
+def _reserve(port: int) -> bool:
+    """Marks ``port`` handed out, for every process of this user; False if it already is."""
+    RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
+    mark = RESERVATIONS / str(port)
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except FileExistsError:
+        try:
+            if time.time() - mark.stat().st_mtime < RESERVE_S:
+                return False
+            os.utime(mark)  # an old reservation: its port was bound and let go long since
+            return True
+        except FileNotFoundError:
+            return _reserve(port)  # removed meanwhile
 
 
 # Serve's direct-ingress port ranges for replicas (Ray's defaults), cut into windows: each owner

@@ -61,7 +61,7 @@ def test_an_owner_has_its_own_files_and_two_free_ports_outside_rays_ranges(root)
 
 
 
-def test_an_owner_never_takes_the_ports_its_serve_will_listen_on(root, monkeypatch):
+def test_an_owner_never_takes_the_ports_its_serve_will_listen_on(root, monkeypatch, tmp_path):
     """The serve's own ingress ports are free while the owner is claimed (Serve binds them
     later): a stats port drawn equal to the gRPC port made HAProxy refuse to start ("cannot bind
     socket ... for proxy stats"). Six ports in all, two of them the serve's: the owner's four are
@@ -69,8 +69,9 @@ def test_an_owner_never_takes_the_ports_its_serve_will_listen_on(root, monkeypat
     low = PORT_RANGE[0]
     monkeypatch.setattr(haproxy_owner, "PORT_RANGE", (low, low + 5))
     monkeypatch.setattr(haproxy_owner, "_bindable", lambda port, host: True)
-    for _ in range(8):
+    for draw in range(8):
         monkeypatch.setattr(haproxy_owner, "_handed_out", set())
+        monkeypatch.setattr(haproxy_owner, "RESERVATIONS", tmp_path / f"draw{draw}")
         owner = HAProxyOwner.claim(root=root, avoid=(low + 1, None, low + 4))
         taken = {owner.stats_port, owner.metrics_port, owner.fallback_grpc_port, owner.fallback_http_port}
         owner.stop()
@@ -152,3 +153,24 @@ def test_a_gone_owners_ray_is_ended_before_its_haproxy_so_nothing_respawns_it(ro
             proxy_actor.kill()
         for proc in haproxy_processes(gone):
             proc.kill()
+
+
+def test_a_port_handed_to_one_process_is_not_handed_to_another(monkeypatch, tmp_path):
+    """Two processes drawing from the same free ports (two serves started side by side, or a
+    test's chosen port and a serve's own draws) never get the same one while it is reserved;
+    an old reservation lapses."""
+    low = PORT_RANGE[0]
+    monkeypatch.setattr(haproxy_owner, "PORT_RANGE", (low, low + 3))
+    monkeypatch.setattr(haproxy_owner, "RESERVATIONS", tmp_path / "ports")
+    monkeypatch.setattr(haproxy_owner, "_bindable", lambda port, host: True)
+    drawn = set()
+    for _ in range(4):
+        monkeypatch.setattr(haproxy_owner, "_handed_out", set())  # each a process of its own
+        drawn.add(haproxy_owner.free_port())
+    assert drawn == set(range(low, low + 4))
+    monkeypatch.setattr(haproxy_owner, "_handed_out", set())
+    with pytest.raises(RuntimeError, match="no free port"):
+        haproxy_owner.free_port()
+    old = tmp_path / "ports" / str(low + 2)
+    os.utime(old, (0, 0))  # reserved long ago
+    assert haproxy_owner.free_port() == low + 2
