@@ -66,8 +66,8 @@ def state_root() -> Path:
 _handed_out: set[int] = set()  # never the same port twice from one process (the first may not be bound yet)
 # ...nor from two processes of this user: a port handed out is reserved here for RESERVE_S. Two
 # serves starting side by side each draw ports that stay free until their HAProxy binds them;
-# HAProxy binds with SO_REUSEPORT, so a port drawn twice is shared, not refused, and a gRPC
-# client of one serve met the other's HTTP stats page (and aborted in gRPC's frame check).
+# HAProxy binds with SO_REUSEPORT, so a port drawn twice is shared, not refused, and one serve's
+# clients may reach the other's HAProxy frontend.
 RESERVATIONS = Path(f"/tmp/edgespec-ports-{os.getuid()}")
 RESERVE_S = 300.0
 
