@@ -46,7 +46,7 @@ class ServeProcess:
             found = re.search(r"its files in (\S+)", self.text())
             if found and "edgespec: serving" in self.text():
                 return Path(found.group(1))
-            assert self.proc.poll() is None, f"serve on {self.port} exited:\n{self.text()[-3000:]}"
+            assert self.proc.poll() is None, f"serve on {self.port} exited:\n{self.text()[-3000:]}\n{listeners(self.port)}"
             time.sleep(0.5)
         raise TimeoutError(f"serve on {self.port} not up within {START_TIMEOUT_S}s:\n{self.text()[-3000:]}")
 
@@ -56,6 +56,21 @@ class ServeProcess:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=60)
         return time.monotonic() - started
+
+
+def listeners(port: int) -> str:
+    """Who listens on ``port`` now (a serve that died at start: was its port shared?)."""
+    import psutil
+
+    found = []
+    for c in psutil.net_connections(kind="tcp"):
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN:
+            try:
+                who = " ".join(psutil.Process(c.pid).cmdline()[:4]) if c.pid else "?"
+            except psutil.Error:
+                who = "(gone)"
+            found.append(f"pid {c.pid}: {who}")
+    return f"listening on {port}: {'; '.join(found) or 'nothing'}"
 
 
 def healthy(port: int) -> bool:
