@@ -60,7 +60,6 @@ def test_an_owner_has_its_own_files_and_two_free_ports_outside_rays_ranges(root)
     assert not owner.directory.exists()
 
 
-
 def test_an_owner_never_takes_the_ports_its_serve_will_listen_on(root, monkeypatch, tmp_path):
     """The serve's own ingress ports are free while the owner is claimed (Serve binds them
     later): a stats port drawn equal to the gRPC port made HAProxy refuse to start ("cannot bind
