@@ -108,7 +108,7 @@ def padded_matches_alone(self) -> bool:
     span = min(span, self.max_context - 4)
     generator = torch.Generator().manual_seed(0)
     contexts = [torch.randint(1, self.vocab_size, (n,), generator=generator).tolist() for n in (span, 2)]
-    news = [[1, 2, 3], [4, 5]]
+    news = [[t % self.vocab_size for t in new] for new in ([1, 2, 3], [4, 5])]  # (any vocabulary, even 5 tokens)
     try:
         with torch.inference_mode():
             rows = []

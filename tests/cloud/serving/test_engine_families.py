@@ -166,3 +166,25 @@ def test_greedy_verification_past_the_window_equals_greedy_decoding(engine):
         assert len(items) < 2 or all(v.batch_size == 2 for v in verdicts)  # one forward for both
     for state, prompt, reference in zip(states, prompts, references):
         assert state.committed[len(prompt):] == reference
+
+
+@pytest.mark.parametrize("path", ["paged", "padded"])
+def test_a_five_token_vocabulary_still_batches(tmp_path, path):
+    """The checks at load feed their own token ids: they must fit any vocabulary. With ids past a
+    5-token one both checks once failed, and the sampling-fit target was verified one session
+    at a time."""
+    from edgespec.cloud.training.tiny import build_tiny_vocab_pair
+
+    pair = build_tiny_vocab_pair(tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        if path == "padded":
+            patch.setattr(TargetEngine, "_packed_matches_plain", lambda self: False)
+        engine = TargetEngine(VerifierConfig(model=str(pair.target_dir), device="cpu", max_context=64))
+    assert engine.vocab_size == 5 and engine.path == path
+    contexts, news = ([1, 2, 3, 4, 1, 2], [3, 4]), ([0, 1], [2])
+    rows = [engine.new_kv() for _ in contexts]
+    for kv, context in zip(rows, contexts):
+        engine.prefill(kv, context)
+    batched = engine.forward(list(zip(rows, news)))
+    for logits, context, new in zip(batched, contexts, news):
+        torch.testing.assert_close(logits, uncached(engine, context + new, len(new)), atol=1e-4, rtol=1e-4)
