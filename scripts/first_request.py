@@ -2,7 +2,12 @@
 fresh client: nothing learnt from earlier requests. With a draft that never agrees with the
 target, this is what the planner's fast give-up is for (goal: >= 0.95x cloud-only).
 
-    .venv/bin/python scripts/first_request.py --draft runs/smollm2/export-init/fp32 [--prompts 8] [--max-new-tokens 128]
+    .venv/bin/python scripts/first_request.py --truncate 3 [--prompts 8] [--max-new-tokens 128]
+    .venv/bin/python scripts/first_request.py --draft DIR   # any exported ONNX draft instead
+
+``--truncate N`` makes the hopeless draft first: the target's first N decoder layers, its own
+embedding and head, no training (greedy agreement about 0.03 on chat text), exported to ONNX
+under runs/first-request/ (kept: a second run reuses it).
 
 Serves the real target (models/smollm2-135m/target) on CPU, one thread each side, HAProxy
 ingress; the two arms alternate prompt by prompt on held-out chat prompts; prints per prompt
@@ -22,21 +27,49 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+def truncated_draft(target: Path, layers: int) -> Path:
+    """The target cut to its first ``layers`` decoder layers, exported to ONNX (once)."""
+    out = Path("runs/first-request") / f"{target.name}-{layers}-layers"
+    if (out / "onnx" / "manifest.json").is_file():
+        return out / "onnx"
+    from transformers import AutoModelForCausalLM
+
+    from edgespec.cloud.training.export import export_draft
+
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype="float32")
+    if not 0 < layers < model.config.num_hidden_layers:
+        raise SystemExit(f"--truncate must be in 1..{model.config.num_hidden_layers - 1}, got {layers}")
+    model.model.layers = model.model.layers[:layers]
+    model.config.num_hidden_layers = layers
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:layers]
+    model.save_pretrained(out / "hf")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (target / name).is_file():
+            (out / "hf" / name).write_bytes((target / name).read_bytes())
+    return export_draft(out / "hf", out / "onnx", target_dir=target, overwrite=True).out_dir
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draft", type=Path, required=True, help="an exported ONNX draft directory")
+    drafts = parser.add_mutually_exclusive_group(required=True)
+    drafts.add_argument("--draft", type=Path, help="an exported ONNX draft directory")
+    drafts.add_argument("--truncate", type=int, metavar="N", help="draft: the target's first N layers, untrained")
     parser.add_argument("--target", type=Path, default=None, help="default: the real pair's target")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--grpc-port", type=int, default=9000)
     args = parser.parse_args()
 
+    from edgespec.cloud.bench.harness import switch_log
+    from edgespec.cloud.bench.links import decision_text
     from edgespec.cloud.demo.run import DemoConfig, load_chat_prompts, real_target
     from edgespec.cloud.serving.app import init_ray, serve_verifier, stop_serving
     from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
     from edgespec.edge.client import EdgeClient
 
     target = args.target or real_target()
+    draft = args.draft or truncated_draft(target, args.truncate)
     prompts = load_chat_prompts(DemoConfig(timing_prompts=args.prompts), target)
     init_ray(num_cpus=2, log_to_driver=False)
     serve_verifier(VerifierConfig(model=str(target), device="cpu", torch_threads=1, max_new_tokens=4096),
@@ -45,23 +78,26 @@ def main() -> int:
     totals = {"speculative": [0.0, 0], "cloud_only": [0.0, 0]}
     speculated = 0
     try:
-        with EdgeClient(address, args.draft, draft_threads=1) as warm:
+        with EdgeClient(address, draft, draft_threads=1) as warm:
             warm.generate_cloud(prompts[0], max_new_tokens=4)  # the replica's first-call costs stay out
         for i, prompt in enumerate(prompts):
             arms = ("speculative", "cloud_only") if i % 2 == 0 else ("cloud_only", "speculative")
-            line = []
+            line, results = [], {}
             for arm in arms:
-                with EdgeClient(address, args.draft, draft_threads=1) as client:  # fresh: its planner knows nothing
+                with EdgeClient(address, draft, draft_threads=1) as client:  # fresh: its planner knows nothing
                     started = time.perf_counter()
                     result = (client.generate(prompt, max_new_tokens=args.max_new_tokens) if arm == "speculative"
                               else client.generate_cloud(prompt, max_new_tokens=args.max_new_tokens))
                     seconds = time.perf_counter() - started
+                results[arm] = result
                 totals[arm][0] += seconds
                 totals[arm][1] += len(result.token_ids)
                 if arm == "speculative":
                     speculated += sum(n for path, n in result.segments if path == "speculative")
                 line.append(f"{arm} {1000 * seconds / max(len(result.token_ids), 1):.1f} ms/token")
             print(f"prompt {i + 1}/{len(prompts)}: " + ", ".join(line), flush=True)
+            for decision in switch_log(results["speculative"]):
+                print("    k=auto " + decision_text(decision), flush=True)
     finally:
         stop_serving()
     spec = 1000 * totals["speculative"][0] / totals["speculative"][1]
