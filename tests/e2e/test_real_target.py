@@ -6,7 +6,7 @@ reaches the text.
 Never skipped for a missing model: the fixture imports it (``make setup`` normally has). The
 draft is the one shipped beside it (models/smollm2-135m/draft: 3 layers distilled from the
 target, a 6,961-token draft vocabulary mapped to the target's, int8 ONNX), so the test runs
-the pair users get; its acceptance at the first position is about 0.36, so most rounds
+the pair users get; its acceptance at the first position is about a third, so most rounds
 reject part of the block. Lookup-only drafting is checked as well.
 """
 
