@@ -49,7 +49,7 @@ from transformers.cache_utils import DynamicLayer, get_layer_types_and_kwargs
 from edgespec.cloud.serving.config import DEFAULT_MAX_CONTEXT, VerifierConfig
 from edgespec.cloud.serving.kv_pool import PAGE_TOKENS, KVPool, PagedKV
 from edgespec.cloud.serving.trees import tree_ancestors, tree_depths
-from edgespec.cloud.serving.padded import cache_layers, forward_padded, padded_matches_alone
+from edgespec.cloud.serving.padded import cache_layers, check_rows, forward_padded, padded_matches_alone, same_logits
 from edgespec.cloud.serving.paged_attention import PagedAttention, RowPlan, Step, chain_masks, row_masks
 from edgespec.edge.tokenizer import fingerprint, load_tokenizer
 
@@ -328,11 +328,7 @@ class TargetEngine:
         """Runs two short rows packed and each through the model's own forward (no cache):
         False when the model does not take the packed path (its logits differ, or it refuses).
         Contexts cross a small window. Runs on the serving device and dtype."""
-        span = self.window + 3 if self.window and self.window <= 64 else 6
-        span = min(span, self.max_context - 4)
-        generator = torch.Generator().manual_seed(0)
-        contexts = [torch.randint(1, self.vocab_size, (n,), generator=generator).tolist() for n in (span, 2)]
-        news = [[t % self.vocab_size for t in new] for new in ([1, 2, 3], [4, 5])]  # (any vocabulary, even 5 tokens)
+        contexts, news = check_rows(self)
         rows = []
         try:
             with torch.inference_mode():
@@ -350,12 +346,7 @@ class TargetEngine:
         finally:
             for kv in rows:
                 kv.release()
-        tolerance = 1e-3 if self.dtype == torch.float32 else 5e-2
-        for a, b in zip(packed, plain):
-            scale = max(1.0, float(b.abs().max()))
-            if not torch.isfinite(a).all() or float((a - b).abs().max()) > tolerance * scale:
-                return False
-        return True
+        return same_logits(self, packed, plain)
 
     def kv_bytes_per_token(self) -> int:
         cfg = self.model.config.get_text_config(decoder=True)

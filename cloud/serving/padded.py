@@ -101,14 +101,32 @@ def padded_masks(self, visible: torch.Tensor, positions: torch.Tensor, lengths: 
         return sliding
     return {"full_attention": additive(visible), "sliding_attention": sliding}
 
-def padded_matches_alone(self) -> bool:
-    """Runs two short rows padded and each alone: False when the model does not take our
-    masks (its logits differ, or it refuses them). Contexts cross a small window."""
+def check_rows(self) -> tuple[list[list[int]], list[list[int]]]:
+    """Two short rows (contexts, new tokens) for the batching checks at load: the longer context
+    crosses a small window; every id fits the vocabulary, even one of 5 tokens."""
     span = self.window + 3 if self.window and self.window <= 64 else 6
     span = min(span, self.max_context - 4)
     generator = torch.Generator().manual_seed(0)
     contexts = [torch.randint(1, self.vocab_size, (n,), generator=generator).tolist() for n in (span, 2)]
-    news = [[t % self.vocab_size for t in new] for new in ([1, 2, 3], [4, 5])]  # (any vocabulary, even 5 tokens)
+    news = [[t % self.vocab_size for t in new] for new in ([1, 2, 3], [4, 5])]
+    return contexts, news
+
+
+def same_logits(self, got: list[torch.Tensor], expected: list[torch.Tensor]) -> bool:
+    """Whether a batched check's logits are finite and equal the reference, within the
+    tolerance of the serving dtype (relative to each row's largest logit, at least 1)."""
+    tolerance = 1e-3 if self.dtype == torch.float32 else 5e-2
+    for a, b in zip(got, expected):
+        scale = max(1.0, float(b.abs().max()))
+        if not torch.isfinite(a).all() or float((a - b).abs().max()) > tolerance * scale:
+            return False
+    return True
+
+
+def padded_matches_alone(self) -> bool:
+    """Runs two short rows padded and each alone: False when the model does not take our
+    masks (its logits differ, or it refuses them). Contexts cross a small window."""
+    contexts, news = check_rows(self)
     try:
         with torch.inference_mode():
             rows = []
@@ -123,12 +141,7 @@ def padded_matches_alone(self) -> bool:
     except Exception as exc:  # noqa: BLE001 — any refusal means: do not batch this model
         log.warning("the padded forward failed its check: %r", exc)
         return False
-    tolerance = 1e-3 if self.dtype == torch.float32 else 5e-2
-    for a, b in zip(padded, alone):
-        scale = max(1.0, float(b.abs().max()))
-        if not torch.isfinite(a).all() or float((a - b).abs().max()) > tolerance * scale:
-            return False
-    return True
+    return same_logits(self, padded, alone)
 
 def stack_caches(self, kvs: list[SessionKV], lmax: int) -> DynamicCache:
     """Right-aligns each session's cache into one [B, H, lmax, D] cache per layer."""
