@@ -37,6 +37,7 @@ def truncated_draft(target: Path, layers: int) -> Path:
     from transformers import AutoModelForCausalLM
 
     from edgespec.cloud.training.export import export_draft
+    from edgespec.cloud.training.tiny import copy_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(target), dtype="float32")
     if not 0 < layers < model.config.num_hidden_layers:
@@ -46,9 +47,7 @@ def truncated_draft(target: Path, layers: int) -> Path:
     if getattr(model.config, "layer_types", None):
         model.config.layer_types = model.config.layer_types[:layers]
     model.save_pretrained(out / "hf")
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
-        if (target / name).is_file():
-            (out / "hf" / name).write_bytes((target / name).read_bytes())
+    copy_tokenizer(target, out / "hf")
     return export_draft(out / "hf", out / "onnx", target_dir=target, overwrite=True).out_dir
 
 

@@ -214,7 +214,6 @@ def build_tiny_draft_for(target_dir: str | Path, out_dir: str | Path, *, seed: i
     that shares the target's vocabulary but not its knowledge, for exercising a real target's
     serving path (rejections galore) before a trained draft exists."""
     import json
-    import shutil
 
     target_dir, out = Path(target_dir), Path(out_dir)
     config = json.loads((target_dir / "config.json").read_text())
@@ -223,7 +222,14 @@ def build_tiny_draft_for(target_dir: str | Path, out_dir: str | Path, *, seed: i
     draft_config.tie_word_embeddings = True
     torch.manual_seed(seed)
     LlamaForCausalLM(draft_config).save_pretrained(str(out))
-    for name in TOKENIZER_FILES:
-        if (target_dir / name).is_file():
-            shutil.copyfile(target_dir / name, out / name)
+    copy_tokenizer(target_dir, out)
     return out
+
+
+def copy_tokenizer(source_dir: str | Path, out_dir: str | Path) -> None:
+    """Copies ``source_dir``'s tokenizer files (``TOKENIZER_FILES``, those it has) into ``out_dir``."""
+    import shutil
+
+    for name in TOKENIZER_FILES:
+        if (Path(source_dir) / name).is_file():
+            shutil.copyfile(Path(source_dir) / name, Path(out_dir) / name)
