@@ -12,6 +12,7 @@ from edgespec.edge.policy import LinearFit
 
 WINDOW = 8  # recent samples each rate is computed over
 RTT_WINDOW = 5  # round trips: a median over few, so a link that changed shows after three samples
+TRIM_SAMPLES = 6  # samples (rounds, a stream's messages) from which a rate leaves out its slowest one
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Rate:
     def trimmed(self) -> float | None:
         """``value`` without the slowest sample once there are six or more: one loss stall
         in a window of rounds is the link's rare event, not its rate."""
-        if len(self.samples) < 6:
+        if len(self.samples) < TRIM_SAMPLES:
             return self.value
         samples = sorted(self.samples, key=lambda s: s[0] / s[1])[:-1]
         return sum(ms for ms, _ in samples) / sum(units for _, units in samples)
@@ -69,7 +70,7 @@ class Estimates:
     bias: Rate = field(default_factory=Rate)  # measured round ms per predicted round ms
     tokens_per_round: Rate = field(default_factory=Rate)  # tokens per round, verified or replayed (tau)
     shadow_ms: Rate = field(default_factory=Rate)  # the shadow draft's device ms per streamed token it ran over
-    cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last, per token
+    cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last (slowest message out), per token
     chain_valid: float | None = None  # share of sent-ahead blocks that were verified; None: none sent
     spec_bias: float = 1.0  # measured / predicted speculative round time, recent rounds
     acceptance: Acceptance = field(default_factory=Acceptance)  # per-position acceptance, rounds with k known

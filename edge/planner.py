@@ -22,7 +22,9 @@ sent ahead holds is ahead(k)'s to say, and blocks measured nearly always discard
 (``record_ahead``) bring ``depth`` to 1. The bias is measured round time over predicted round
 time at each round's own k.
 
-Cloud-only: the stream's measured rate (first token to last); before this device has streamed,
+Cloud-only: the stream's measured rate (first token to last, without its slowest message once
+it has ``TRIM_SAMPLES``: a loss stall is left out as a speculative segment's slowest round
+is, ``Rate.trimmed``); before this device has streamed,
 what the replica measured of its own streams, reply to reply (Info's ``stream_ms``: the step
 plus the scheduling and sending around it), never less than its decoding step and 1 ms; plus the shadow draft's device time (below) over the share of the stream it
 runs on, counted whole since on a device whose cores carry the stream too it competes.
@@ -96,7 +98,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 
 from edgespec.edge.acceptance import Replay
-from edgespec.edge.estimates import WINDOW, Estimates, Median, Rate  # noqa: F401 (re-exported)
+from edgespec.edge.estimates import TRIM_SAMPLES, WINDOW, Estimates, Median, Rate  # noqa: F401 (re-exported)
 from edgespec.edge.forecast import Forecast
 
 
@@ -275,13 +277,22 @@ class Planner(Forecast):
             self.est.replica_stream_ms = stream_ms
         self._changed()
 
-    def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int) -> None:
+    def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int, *, messages: int = 0,
+                          slowest: tuple[float, int] = (0.0, 0)) -> None:
         """The current Generate stream so far: ``tokens_since_first`` tokens arrived within
-        ``ms_since_first`` of its first token (rates between single messages are meaningless
-        on a jittery link, where messages arrive in bursts)."""
-        if tokens_since_first > 0:
-            self.est.cloud_ms_per_token = ms_since_first / tokens_since_first
-            self._segment_tokens = tokens_since_first  # (cached figures do not depend on it; a* is keyed by it)
+        ``ms_since_first`` of its first token, in ``messages`` messages (rates between single
+        messages are meaningless on a jittery link, where messages arrive in bursts). From
+        ``TRIM_SAMPLES`` messages on, the ``slowest`` one (its wait and its tokens) is left out,
+        as a speculative segment's measured rate leaves out its slowest round (``Rate.trimmed``):
+        one loss stall is the link's rare event, not the stream's rate, and counted whole on one
+        side only it once sent a satellite stream to speculate at 2.4x its cost."""
+        if tokens_since_first <= 0:
+            return
+        self._segment_tokens = tokens_since_first  # (cached figures do not depend on it; a* is keyed by it)
+        wait, tokens = slowest
+        if messages >= TRIM_SAMPLES and 0 < tokens < tokens_since_first:
+            ms_since_first, tokens_since_first = ms_since_first - wait, tokens_since_first - tokens
+        self.est.cloud_ms_per_token = ms_since_first / tokens_since_first
 
     # ---- decisions ---------------------------------------------------------------------------
 

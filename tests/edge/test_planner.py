@@ -82,6 +82,46 @@ def test_cloud_only_is_left_when_the_link_gets_fast_again():
     assert switch.predicted_spec_ms_per_token < 16.0 == switch.predicted_cloud_ms_per_token
 
 
+def streamed(planner: Planner, waits: list[float], *, trimmed: bool = True, hit_every: int = 50) -> int | None:
+    """A Generate stream on a 600 ms satellite link, as the driver reports it: one token a
+    message after waits of ``waits`` ms, the shadow right but every ``hit_every``-th draft; the
+    token at which the planner leaves it (None: it stays). ``trimmed=False``: the stream's rate as
+    it was measured before, every message counted."""
+    planner.begin(planner.first_path(128))
+    planner.record_first_token(700.0)
+    planner.record_rtt(600.0)  # the segment's round-trip probe
+    ms, slowest = 0.0, (0.0, 0)
+    for tokens, wait in enumerate(waits, 1):
+        ms, slowest = ms + wait, max(slowest, (wait, 1))
+        planner.record_cloud_rate(ms, tokens, messages=tokens if trimmed else 0, slowest=slowest)
+        if planner.shadow_wanted(1):
+            planner.record_shadow([tokens % hit_every != 0], 8)
+        if planner.should_switch(Path.CLOUD_ONLY, 128 - tokens):
+            return tokens
+    return None
+
+
+@pytest.mark.parametrize("trimmed", [True, False])
+def test_a_loss_stall_early_in_a_stream_does_not_send_it_to_speculate(trimmed):
+    """A satellite stream runs at 16 ms a token; speculation over its 600 ms round trip, even with
+    a draft right 49 times in 50, costs ~39. One lost packet stalls the stream 850 ms at its sixth
+    token (the tokens behind it come in a burst): counted whole, the stream's rate at token 13 is
+    77 ms a token, past the early-stall guard (3x the replica's 25 ms step) and the forecast, and
+    the planner switched to the path 2.4x slower (bench planner, satellite under load). A
+    speculative segment's rate leaves out its slowest round; the stream's now leaves out its
+    slowest message the same way, and it stays."""
+    planner = on_link(rtt=600.0, forward=25.0, decode=25.0)
+    planner.use_send_ahead(1)
+    for _ in range(3):  # earlier requests: the shadow learned the draft is good, the stream is steady
+        assert streamed(planner, [16.0] * 127) is None
+    stall = [16.0] * 5 + [850.0] + [0.5] * 3 + [16.0] * 60
+    left = streamed(planner, stall, trimmed=trimmed)
+    if trimmed:
+        assert left is None and planner.cloud_ms_per_token() < 20.0
+    else:  # the measurement before: the scenario is the one that failed
+        assert left == 13 and planner.switch_log[-1].predicted_cloud_ms_per_token > 75.0
+
+
 def test_fixed_modes_never_switch():
     planner = Planner("speculative")
     speculating(planner, rtt=500.0, forward=15.0, tokens=2)

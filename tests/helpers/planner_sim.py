@@ -286,7 +286,7 @@ class ScriptedPlanner(Planner):
         super().record_round(wall_ms=wall, wait_ms=wait, forward_ms=forward, tokens=tokens, k=k)
         s.position += tokens
 
-    def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int) -> None:
+    def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int, **_) -> None:
         self.script.position += tokens_since_first - self._segment_tokens
         super().record_cloud_rate(self.script.decode_ms * tokens_since_first, tokens_since_first)
 
