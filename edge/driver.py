@@ -240,7 +240,7 @@ class Generation:
         shadow = self._shadow() if auto else None
         try:
             first_at, since_first, called = None, 0, self.clock()
-            last_at, messages, slowest = called, 0, (0.0, 0)  # the slowest message: (its wait in ms, its tokens)
+            last_at, messages, slowest = called, 0, (0.0, 0, 0)  # the slowest message: wait ms, tokens, tokens by then
             async for tokens, finish in generate_tokens(self.stub, session.generate(), self.timeout, stats):
                 now = self.clock()
                 if first_at is None:
@@ -249,7 +249,7 @@ class Generation:
                 else:
                     since_first, messages, wait = since_first + len(tokens), messages + 1, (now - last_at) * 1000
                     if tokens and wait * slowest[1] >= slowest[0] * len(tokens):  # (ms per token, no division)
-                        slowest = (wait, len(tokens))
+                        slowest = (wait, len(tokens), since_first)
                     planner.record_cloud_rate((now - first_at) * 1000, since_first, messages=messages, slowest=slowest)
                 last_at = now
                 session.tokens(tokens, finish)

@@ -70,7 +70,7 @@ class Estimates:
     bias: Rate = field(default_factory=Rate)  # measured round ms per predicted round ms
     tokens_per_round: Rate = field(default_factory=Rate)  # tokens per round, verified or replayed (tau)
     shadow_ms: Rate = field(default_factory=Rate)  # the shadow draft's device ms per streamed token it ran over
-    cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last (slowest message out), per token
+    cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last (a stall out until caught up), per token
     chain_valid: float | None = None  # share of sent-ahead blocks that were verified; None: none sent
     spec_bias: float = 1.0  # measured / predicted speculative round time, recent rounds
     acceptance: Acceptance = field(default_factory=Acceptance)  # per-position acceptance, rounds with k known

@@ -174,9 +174,9 @@ class Forecast:
         return self.est.spec.trimmed if len(self.est.spec) >= self.MIN_ROUNDS else self.predicted_speculative()
 
     def stream_ms_per_token(self) -> float | None:
-        """The stream's own rate: measured (first token to last, its slowest message left out),
-        else what the replica measured of its streams (reply to reply), else its decoding step
-        and a message's cost."""
+        """The stream's own rate: measured (first token to last, a stall left out until the
+        stream caught up), else what the replica measured of its streams (reply to reply), else
+        its decoding step and a message's cost."""
         est = self.est
         if est.cloud_ms_per_token is not None:
             return est.cloud_ms_per_token

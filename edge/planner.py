@@ -22,9 +22,8 @@ sent ahead holds is ahead(k)'s to say, and blocks measured nearly always discard
 (``record_ahead``) bring ``depth`` to 1. The bias is measured round time over predicted round
 time at each round's own k.
 
-Cloud-only: the stream's measured rate (first token to last, without its slowest message once
-it has ``TRIM_SAMPLES``: a loss stall is left out as a speculative segment's slowest round
-is, ``Rate.trimmed``); before this device has streamed,
+Cloud-only: the stream's measured rate (first token to last; a loss stall is left out until the
+burst of tokens behind it has come, ``record_cloud_rate``); before this device has streamed,
 what the replica measured of its own streams, reply to reply (Info's ``stream_ms``: the step
 plus the scheduling and sending around it), never less than its decoding step and 1 ms; plus the shadow draft's device time (below) over the share of the stream it
 runs on, counted whole since on a device whose cores carry the stream too it competes.
@@ -278,21 +277,28 @@ class Planner(Forecast):
         self._changed()
 
     def record_cloud_rate(self, ms_since_first: float, tokens_since_first: int, *, messages: int = 0,
-                          slowest: tuple[float, int] = (0.0, 0)) -> None:
+                          slowest: tuple[float, int, int] = (0.0, 0, 0)) -> None:
         """The current Generate stream so far: ``tokens_since_first`` tokens arrived within
         ``ms_since_first`` of its first token, in ``messages`` messages (rates between single
-        messages are meaningless on a jittery link, where messages arrive in bursts). From
-        ``TRIM_SAMPLES`` messages on, the ``slowest`` one (its wait and its tokens) is left out,
-        as a speculative segment's measured rate leaves out its slowest round (``Rate.trimmed``):
-        one loss stall is the link's rare event, not the stream's rate, and counted whole on one
-        side only it once sent a satellite stream to speculate at 2.4x its cost."""
+        messages are meaningless on a jittery link, where messages arrive in bursts).
+
+        ``slowest``: the message that waited longest per token (its wait, its tokens, and the
+        stream's tokens once it came). A loss stall holds the stream's tokens back, and the
+        replica's, made meanwhile, then arrive in a burst: counted whole until then, the stall
+        once sent a satellite stream to speculate at 2.4x its cost. From ``TRIM_SAMPLES``
+        messages on, until the tokens from that message on would have taken its wait at the
+        rate without it (the stream caught up), that message is left out, as a speculative
+        segment's rate leaves out its slowest round; after, the stream's whole rate counts
+        (left out then, the burst's tokens would count as free)."""
         if tokens_since_first <= 0:
             return
         self._segment_tokens = tokens_since_first  # (cached figures do not depend on it; a* is keyed by it)
-        wait, tokens = slowest
+        rate, (wait, tokens, at) = ms_since_first / tokens_since_first, slowest
         if messages >= TRIM_SAMPLES and 0 < tokens < tokens_since_first:
-            ms_since_first, tokens_since_first = ms_since_first - wait, tokens_since_first - tokens
-        self.est.cloud_ms_per_token = ms_since_first / tokens_since_first
+            without = max((ms_since_first - wait) / (tokens_since_first - tokens), self.est.decode_ms or 0.0)
+            if without > 0 and (tokens_since_first - at + tokens) * without < wait:  # not caught up yet
+                rate = without
+        self.est.cloud_ms_per_token = rate
 
     # ---- decisions ---------------------------------------------------------------------------
 
