@@ -103,18 +103,19 @@ def streamed(planner: Planner, waits: list[float], *, trimmed: bool = True, hit_
 
 @pytest.mark.parametrize("trimmed", [True, False])
 def test_a_loss_stall_early_in_a_stream_does_not_send_it_to_speculate(trimmed):
-    """A satellite stream runs at 16 ms a token; speculation over its 600 ms round trip, even with
-    a draft right 49 times in 50, costs ~39. One lost packet stalls the stream 850 ms at its sixth
-    token, and the 53 tokens the replica made meanwhile come in a burst behind it. Counted whole,
-    the stream's rate at the burst's start is 155 ms a token and still 77 at token 13, past the
-    early-stall guard (3x the replica's 25 ms step) and the forecast: the planner switched to the
-    path 2.4x slower (bench planner, satellite, loaded). The stall is left out until the burst
-    has come; after, the whole rate counts again, burst and all."""
+    """A satellite stream runs at 26 ms a token on a loaded replica (25 ms a step); speculation
+    over its 600 ms round trip, even with a draft right 49 times in 50, costs ~39. One lost
+    packet stalls the stream 850 ms at its sixth token, and the 33 tokens the replica made
+    meanwhile come in a burst behind it. Counted whole, the stream's rate at the burst's start
+    is 163 ms a token and still 75 at token 13, under the early-stall guard (3x the step) and
+    past the forecast: the planner switched to the path 2.4x slower (bench planner, satellite,
+    loaded). The stall is left out until the burst has come; after, the whole rate counts again,
+    burst and all."""
     planner = on_link(rtt=600.0, forward=25.0, decode=25.0)
     planner.use_send_ahead(1)
     for _ in range(3):  # earlier requests: the shadow learned the draft is good, the stream is steady
-        assert streamed(planner, [16.0] * 127) is None
-    stall = [16.0] * 5 + [850.0] + [0.1] * 53 + [16.0] * 50  # the burst: delivered at once
+        assert streamed(planner, [26.0] * 127) is None
+    stall = [26.0] * 5 + [850.0] + [0.1] * 33 + [26.0] * 60  # the burst: delivered at once
     left = streamed(planner, stall, trimmed=trimmed)
     if trimmed:
         assert left is None
