@@ -36,8 +36,7 @@ def truncated_draft(target: Path, layers: int) -> Path:
         return out / "onnx"
     from transformers import AutoModelForCausalLM
 
-    from edgespec.cloud.training.export import export_draft
-    from edgespec.cloud.training.tiny import copy_tokenizer
+    from edgespec.cloud.training.export import copy_tokenizer_files, export_draft
 
     model = AutoModelForCausalLM.from_pretrained(str(target), dtype="float32")
     if not 0 < layers < model.config.num_hidden_layers:
@@ -47,7 +46,7 @@ def truncated_draft(target: Path, layers: int) -> Path:
     if getattr(model.config, "layer_types", None):
         model.config.layer_types = model.config.layer_types[:layers]
     model.save_pretrained(out / "hf")
-    copy_tokenizer(target, out / "hf")
+    copy_tokenizer_files(target, out / "hf")
     return export_draft(out / "hf", out / "onnx", target_dir=target, overwrite=True).out_dir
 
 

@@ -206,14 +206,13 @@ def build_tiny_family(out_dir: str | Path, model_type: str, *, seed: int = 0, vo
     return out
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json")
-
-
 def build_tiny_draft_for(target_dir: str | Path, out_dir: str | Path, *, seed: int = 0, max_positions: int = 4096) -> Path:
     """A one-layer random Llama over ``target_dir``'s tokenizer (its files copied over): a draft
     that shares the target's vocabulary but not its knowledge, for exercising a real target's
     serving path (rejections galore) before a trained draft exists."""
     import json
+
+    from edgespec.cloud.training.export import copy_tokenizer_files
 
     target_dir, out = Path(target_dir), Path(out_dir)
     config = json.loads((target_dir / "config.json").read_text())
@@ -222,14 +221,5 @@ def build_tiny_draft_for(target_dir: str | Path, out_dir: str | Path, *, seed: i
     draft_config.tie_word_embeddings = True
     torch.manual_seed(seed)
     LlamaForCausalLM(draft_config).save_pretrained(str(out))
-    copy_tokenizer(target_dir, out)
+    copy_tokenizer_files(target_dir, out)
     return out
-
-
-def copy_tokenizer(source_dir: str | Path, out_dir: str | Path) -> None:
-    """Copies ``source_dir``'s tokenizer files (``TOKENIZER_FILES``, those it has) into ``out_dir``."""
-    import shutil
-
-    for name in TOKENIZER_FILES:
-        if (Path(source_dir) / name).is_file():
-            shutil.copyfile(Path(source_dir) / name, Path(out_dir) / name)
