@@ -22,6 +22,8 @@ from edgespec.edge.client import EdgeClient
 from edgespec.edge.stats import RequestStats
 
 # GenerationParams fields that only speculation reads; a cloud-only arm leaves them out.
+QUIET_S = 0.5  # between measurements on an emulated link: this long with nothing on it
+QUIET_TIMEOUT_S = 10.0  # (a link that never goes quiet, e.g. someone else's traffic: go on)
 SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "lookup_weight", "draft_temperature", "send_ahead", "tree", "speculate")
 from edgespec.edge.types import Result
 
@@ -150,8 +152,13 @@ class Harness:
 
     def pair_draws(self, key: str) -> None:
         """The link's random draws (jitter, loss) restart from ``key`` (nothing without a link):
-        arms run on one text after the same key meet the same draws (``LinkEmulator.reseed``)."""
+        arms run on one text after the same key meet the same draws (``LinkEmulator.reseed``).
+        First the link goes quiet: a generation returns with replies still on their way (a block
+        sent ahead, its session's close). On satellite they trail it by up to 1.5 s. Left
+        in flight, they took the next arm's first draws and could hold its first bytes behind a
+        loss of theirs (an 800 ms retransmission charged to the arm that came next)."""
         if self.link is not None:
+            self.link.wait_quiet(QUIET_S, QUIET_TIMEOUT_S)
             self.link.reseed(key)
 
     def _start_serve(self, torch_threads: int, max_sessions: int, ingress: str | None, replicas: int) -> str:

@@ -126,6 +126,7 @@ class _Pipe:
         try:
             while data := await self.reader.read(READ_BYTES):
                 now_ms = loop.time() * 1000.0
+                self.link._last_traffic = now_ms / 1000.0
                 release = self.schedule.release_ms(now_ms, len(data)) if self.schedule else now_ms
                 self.link._delayed(self.direction, release - now_ms)
                 self.queued_bytes += len(data)
@@ -155,6 +156,7 @@ class _Pipe:
             self.writer.write(data)
             await self.writer.drain()
             self.queued_bytes -= len(data)
+            self.link._last_traffic = loop.time()
             if self.queued_bytes < self.max_queue_bytes:
                 self.room.set()
 
@@ -212,6 +214,7 @@ class LinkEmulator:
         self._background: set[asyncio.Task] = set()
         self._draw_key: str | None = None  # reseed(): draws keyed by a measurement, not a connection
         self._stalled_until = 0.0  # loop time (s)
+        self._last_traffic = 0.0  # loop time (s) a chunk was last read or written, either direction
         self._unstalled: asyncio.Event | None = None
 
     # ---- public API (any thread) --------------------------------------------------------
@@ -304,6 +307,30 @@ class LinkEmulator:
                         pipe.schedule.uniform = self._uniform(connection.index, pipe.direction)
 
         self._call(apply)
+
+    def wait_quiet(self, quiet_s: float, timeout_s: float) -> float:
+        """Waits until no byte is held in either direction of any connection and none has been
+        read or written for ``quiet_s``, or ``timeout_s`` has passed; returns the seconds waited.
+        Between a benchmark's measurements: the replies still on their way to one (a block sent
+        ahead, a session's close) must not take the next one's draws, or hold its first bytes
+        behind a lost one of theirs."""
+        if not quiet_s >= 0 or not timeout_s >= 0:
+            raise ValueError(f"quiet_s and timeout_s must be >= 0, got {quiet_s} and {timeout_s}")
+
+        async def quiet() -> float:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            while loop.time() - started < timeout_s:
+                held = any(pipe.queued_bytes for connection in self._connections for pipe in connection.pipes)
+                idle = loop.time() - self._last_traffic
+                if not held and idle >= quiet_s:
+                    break
+                await asyncio.sleep(max(quiet_s - idle, 0.01) if not held else 0.01)
+            return loop.time() - started
+
+        if self._loop is None or self._thread is None:
+            raise RuntimeError("LinkEmulator is not running: use it as a context manager or call start()")
+        return asyncio.run_coroutine_threadsafe(quiet(), self._loop).result(timeout_s + CONTROL_TIMEOUT_S)
 
     def stall(self, seconds: float) -> None:
         """Pauses forwarding in both directions for ``seconds`` from now (extends a running stall)."""

@@ -140,11 +140,12 @@ def test_compare_alternates_the_arms_and_pairs_their_link_draws():
 
     calls = []
     harness = object.__new__(Harness)  # no Serve: only the ordering is under test
-    harness.link = SimpleNamespace(reseed=lambda key: calls.append(f"draws {key}"))
+    harness.link = SimpleNamespace(reseed=lambda key: calls.append(f"draws {key}"),
+                                   wait_quiet=lambda quiet_s, timeout_s: calls.append("quiet"))
     harness.progress = lambda _: None
     harness.speculative = lambda prompt, params: calls.append(f"spec {prompt}") or prompt
     harness.cloud_only = lambda prompt, params: calls.append(f"cloud {prompt}") or prompt
     spec, cloud = harness.compare(["a", "b"], {}, "wifi")
-    assert calls == ["draws wifi/prompt 0", "spec a", "draws wifi/prompt 0", "cloud a",
-                     "draws wifi/prompt 1", "cloud b", "draws wifi/prompt 1", "spec b"]
+    assert calls == ["quiet", "draws wifi/prompt 0", "spec a", "quiet", "draws wifi/prompt 0", "cloud a",
+                     "quiet", "draws wifi/prompt 1", "cloud b", "quiet", "draws wifi/prompt 1", "spec b"]
     assert spec == cloud == ["a", "b"]
