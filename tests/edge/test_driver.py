@@ -78,3 +78,32 @@ def test_cloud_only_is_one_path_of_the_same_loop(verifier):
     record = scripted.report()[scenario.name]
     assert record["violations"] == [] and gen.generated == record["committed"]
     assert gen.segments == [("cloud_only", scenario.max_new_tokens)] and gen.stats.resumes == 1
+
+
+def test_a_stream_probes_the_round_trip_at_its_start(monkeypatch):
+    """A cloud-only segment may be left only once it has a probe: the first goes with the stream,
+    not an interval later (a 5G stream could not come back for its first ~40 tokens)."""
+    from edgespec.edge import driver
+
+    monkeypatch.setattr(driver, "RTT_PROBE_INTERVAL_S", 3600.0)
+    measured: list[float] = []
+
+    async def go() -> None:
+        probed = asyncio.Event()
+
+        def record_rtt(ms: float) -> None:
+            measured.append(ms)
+            probed.set()
+
+        async def probe() -> float:
+            return 42.0
+
+        owner = SimpleNamespace(policies=SimpleNamespace(planner=SimpleNamespace(record_rtt=record_rtt)))
+        task = asyncio.create_task(Generation._probe_rtt(owner, probe))  # type: ignore[arg-type]
+        try:
+            await asyncio.wait_for(probed.wait(), 10)
+        finally:
+            task.cancel()
+
+    asyncio.run(go())
+    assert measured == [42.0]
