@@ -392,6 +392,8 @@ class Planner(Forecast):
             step, rate = self.est.decode_ms, self.est.cloud_ms_per_token
             if self._segment_tokens < 4 * self.MIN_TOKENS and step and rate and rate > 3 * (step + 1.0):
                 return False  # a loss stall early in the stream is no rate yet (a satellite link's first tokens)
+            if self._segment_tokens < 4 * self.MIN_TOKENS and self._left_unpromising():
+                return False  # (the hard passage that was left is still streaming: back and forth costs both switches)
             if not self.evidence_to_enter():
                 return False
             here, (there, why), other = cloud, self._entering_forecast(forecast), Path.SPECULATIVE
@@ -399,6 +401,14 @@ class Planner(Forecast):
             spec, cloud_ms = (here, there) if current is Path.SPECULATIVE else (there, here)
             return bool(self._decide(at, current, other, spec, cloud_ms, why))
         return False
+
+    def _left_unpromising(self) -> bool:
+        """Whether this stream began when this text's own rounds left speculation (``unpromising``).
+        The forecast that entered speculation on the text is no reason to enter it again at the
+        next probe: with a probe at the stream's start, a 5G text was left at its 5th token,
+        entered at its 14th and left at its 19th, its hard passage not over (bench planner run 36)."""
+        last = self.switch_log[-1] if self.switch_log else None
+        return last is not None and last.from_path == Path.SPECULATIVE.value and last.reason.startswith("unpromising")
 
     def _entering_forecast(self, forecast: float) -> tuple[float, str]:
         """What speculating on the rest of this text would do: the forecast, or once this
