@@ -65,8 +65,11 @@ a generation starts cloud-only. A good draft whose first
 round was unlucky keeps a fair chance (one round that accepts nothing leaves P ~ 0.13 where
 a* ~ 0.6), and if it is left it comes back through the shadow.
 
-Coming back: while streaming cloud-only the device probes the round trip (a cheap Info call)
-and runs its draft over the streamed tokens, the shadow. Greedy, each streamed token is a hit
+Coming back: while streaming cloud-only the device probes the round trip (a cheap Info call,
+at the stream's start and every 0.5 s; a stream is left only once it has one, and only after
+``MIN_TOKENS``, or ``4 * MIN_TOKENS`` where this text's own rounds left speculation: the hard
+passage that made them fail is still streaming) and runs its draft over the streamed tokens,
+the shadow. Greedy, each streamed token is a hit
 or a miss (``record_shadow``); sampled, each streamed token y carries the chance a draft there
 would have been accepted (``record_shadow_sampled``): in coupled mode (the SDK's default for
 sampled requests) exactly 1 or 0, since y is t_P = argmax p/E_P and the device knows E_P: a
