@@ -21,9 +21,9 @@ from edgespec.cloud.bench.connection import connection_to
 from edgespec.edge.client import EdgeClient
 from edgespec.edge.stats import RequestStats
 
-# GenerationParams fields that only speculation reads; a cloud-only arm leaves them out.
 QUIET_S = 0.5  # between measurements on an emulated link: this long with nothing on it
 QUIET_TIMEOUT_S = 10.0  # (a link that never goes quiet, e.g. someone else's traffic: go on)
+# GenerationParams fields that only speculation reads; a cloud-only arm leaves them out.
 SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "lookup_weight", "draft_temperature", "send_ahead", "tree", "speculate")
 from edgespec.edge.types import Result
 
