@@ -66,10 +66,8 @@ round was unlucky keeps a fair chance (one round that accepts nothing leaves P ~
 a* ~ 0.6), and if it is left it comes back through the shadow.
 
 Coming back: while streaming cloud-only the device probes the round trip (a cheap Info call,
-at the stream's start and every 0.5 s; a stream is left only once it has one, and only after
-``MIN_TOKENS``, or ``4 * MIN_TOKENS`` where this text's own rounds left speculation: the hard
-passage that made them fail is still streaming) and runs its draft over the streamed tokens,
-the shadow. Greedy, each streamed token is a hit
+at the stream's start and every 0.5 s; a stream is left only once it has one, after
+``MIN_TOKENS``) and runs its draft over the streamed tokens, the shadow. Greedy, each streamed token is a hit
 or a miss (``record_shadow``); sampled, each streamed token y carries the chance a draft there
 would have been accepted (``record_shadow_sampled``): in coupled mode (the SDK's default for
 sampled requests) exactly 1 or 0, since y is t_P = argmax p/E_P and the device knows E_P: a
@@ -395,8 +393,6 @@ class Planner(Forecast):
             step, rate = self.est.decode_ms, self.est.cloud_ms_per_token
             if self._segment_tokens < 4 * self.MIN_TOKENS and step and rate and rate > 3 * (step + 1.0):
                 return False  # a loss stall early in the stream is no rate yet (a satellite link's first tokens)
-            if self._segment_tokens < 4 * self.MIN_TOKENS and self._left_unpromising():
-                return False  # (the hard passage that was left is still streaming: back and forth costs both switches)
             if not self.evidence_to_enter():
                 return False
             here, (there, why), other = cloud, self._entering_forecast(forecast), Path.SPECULATIVE
@@ -404,14 +400,6 @@ class Planner(Forecast):
             spec, cloud_ms = (here, there) if current is Path.SPECULATIVE else (there, here)
             return bool(self._decide(at, current, other, spec, cloud_ms, why))
         return False
-
-    def _left_unpromising(self) -> bool:
-        """Whether this stream began when this text's own rounds left speculation (``unpromising``).
-        The forecast that entered speculation on the text is no reason to enter it again at the
-        next probe: with a probe at the stream's start, a 5G text was left at its 5th token,
-        entered at its 14th and left at its 19th, its hard passage not over (bench planner run 36)."""
-        last = self.switch_log[-1] if self.switch_log else None
-        return last is not None and last.from_path == Path.SPECULATIVE.value and last.reason.startswith("unpromising")
 
     def _entering_forecast(self, forecast: float) -> tuple[float, str]:
         """What speculating on the rest of this text would do: the forecast, or once this
