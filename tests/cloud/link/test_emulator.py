@@ -230,20 +230,12 @@ def test_wait_quiet_waits_for_the_bytes_still_on_the_link(echo):
         sock.sendall(b"trailing")  # 200 ms up, echoed, 200 ms down
         assert link.wait_quiet(0.05, 0.1) >= 0.1  # the bytes are held: not quiet, so it times out
         waited = link.wait_quiet(0.05, 10.0)
-        sock.setblocking(False)
-        assert recv_exactly_now(sock, 8) == b"trailing"  # delivered before it returned
+        sock.setblocking(False)  # (recv raises BlockingIOError if the bytes are not here yet)
+        assert recv_exactly(sock, 8) == b"trailing"  # delivered before it returned
         assert waited >= 0.3 - SLACK_MS / 1000  # (0.1 s of the 0.4 already passed)
         assert link.wait_quiet(0.05, 10.0) < 2.0  # quiet already: back within quiet_s (loose bound)
         with pytest.raises(ValueError, match="quiet_s"):
             link.wait_quiet(-1, 1)
-
-
-def recv_exactly_now(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))  # BlockingIOError if the bytes are not here yet
-        data += chunk
-    return data
 
 
 def test_reset_gives_the_client_a_connection_reset(echo):
