@@ -47,10 +47,11 @@ its measured rate, the forecast and its rate over the segment's last ``PASSAGE_T
 (a hard passage does not last: its rounds are many and short, so the last rounds and the
 forecast, which weighs rounds, describe only the passage), entering it a forecast
 resting on at least ``ENTER_DRAFTS`` observed drafts and a chance of ``ENTER_CHANCE`` that the
-draft can win (a run of lucky tokens is no proof): the forecast over every round kept, or the
-one over the stream's own replayed rounds once they rest on ``ENTER_DRAFTS`` drafts, where that
-is faster (the same weighing of rounds would keep an easy text after a hard one streaming: the
-hard text's many short rounds fill what is kept).
+draft can win (a run of lucky tokens is no proof; over the last rounds, or over this text's
+own once the stream's replays rest on ``ENTER_DRAFTS`` drafts): the forecast over every
+round kept, or the one over the stream's own replayed rounds once they rest on
+``ENTER_DRAFTS`` drafts, where that is faster (the same weighing of rounds would keep an
+easy text after a hard one streaming: the hard text's many short rounds fill what is kept).
 
 A hopeless draft is left fast, a good one that started slowly is not. Every round (and every
 round replayed over a stream) is evidence on the per-position acceptance a; with Jeffreys'
@@ -434,8 +435,13 @@ class Planner(Forecast):
         """Whether the forecast is worth acting on to enter speculation: at least
         ``ENTER_DRAFTS`` drafts observed (verified or replayed) and a chance of at least
         ``ENTER_CHANCE`` that the draft can win (one long lucky run is no proof: 17 hits in a
-        row happen one time in nine to a draft right 88% of the time)."""
-        return self.drafts_observed() >= self.ENTER_DRAFTS and (self.chance_to_win() or 0.0) >= self.ENTER_CHANCE
+        row happen one time in nine to a draft right 88% of the time): over the last rounds,
+        or over this text's own once this stream's replays rest on ``ENTER_DRAFTS`` drafts
+        (an easy text after a hard one: the hard one's replays fill the last rounds)."""
+        chance = self.chance_to_win() or 0.0
+        if self.est.acceptance.segment_drafts() >= self.ENTER_DRAFTS:
+            chance = max(chance, self.text_chance_to_win() or 0.0)
+        return self.drafts_observed() >= self.ENTER_DRAFTS and chance >= self.ENTER_CHANCE
 
     def unpromising(self, *, this_text: bool = False) -> bool:
         """Whether the draft has less than ``WIN_CHANCE`` of being able to win here (over the

@@ -252,3 +252,25 @@ def test_a_hard_text_after_easy_ones_is_left_within_its_first_rounds(seed):
     left = hard.first_switch_after(0, "cloud_only")
     assert left is not None and left <= 8, [(s.at_token, s.to_path, s.reason) for s in hard.switches]
     assert hard.ms <= 1.25 * cloud_only_ms(w, 128, 384), (hard.ms, cloud_only_ms(w, 128, 384))
+
+
+def test_an_easy_text_after_hard_ones_returns_on_its_own_rounds(monkeypatch):
+    """bench planner on 4G (runs 35 and 41, prompt 5): after two hard texts the next, easy one
+    starts streaming; the shadow's rounds over it say the draft wins, but the last rounds kept
+    are still mostly the hard texts' replays, whose chance stays under ``ENTER_CHANCE``. Once
+    this stream's replays rest on ``ENTER_DRAFTS`` drafts, the text's own chance counts: it
+    comes back within the request (it streamed to its end when only the last rounds counted)."""
+    def hits(position: int) -> bool:
+        return position % 2 == 0 if 256 <= position < 512 else position % 25 != 24
+
+    def easy_text() -> tuple:
+        w = world(LINKS["4g"], hits, forward_ms=6.0, forward_per_draft_ms=0.5, decode_ms=8.0, draft_ms=0.05)
+        sim = Sim(w)
+        return [sim.generate(128) for _ in range(5)][4], cloud_only_ms(w, 128, 512)
+    run, cloud = easy_text()
+    back = run.first_switch_after(0, "speculative")
+    assert run.segments[0][0] == "cloud_only" and back is not None and back <= 64, run.switches
+    assert run.ms < cloud, (run.ms, cloud)
+    monkeypatch.setattr(Planner, "text_chance_to_win", lambda self: 0.0)  # the last rounds alone
+    pooled, _ = easy_text()
+    assert pooled.segments == [("cloud_only", 128)], pooled.switches
