@@ -281,10 +281,13 @@ class Forecast:
         shadow_ms = self.est.shadow_ms.value
         if shadow_ms and stream_ms and self.drafts_observed() >= self.LEARN_DRAFTS:
             share = min(1.0, self.SHADOW_SHARE * stream_ms / shadow_ms)
-        chance = self.chance_to_win()
         costly = not (shadow_ms and stream_ms) or shadow_ms > self.REST_COST * stream_ms
-        if costly and chance is not None and chance < self.REST_CHANCE and self.drafts_observed() >= self.REST_DRAFTS:
-            share = min(share, (self.SHADOW_LOOK + self.SHADOW_CONTEXT) / self.SHADOW_PERIOD)
+        # (a* only where it can matter: a cheap shadow watches every token whatever the chance,
+        # and a* moves with every round, so asking for it here cost a bisection per round)
+        if costly and self.drafts_observed() >= self.REST_DRAFTS:
+            chance = self.chance_to_win()
+            if chance is not None and chance < self.REST_CHANCE:
+                share = min(share, (self.SHADOW_LOOK + self.SHADOW_CONTEXT) / self.SHADOW_PERIOD)
         return share
 
     def switch_cost_ms(self) -> float:
