@@ -1,0 +1,82 @@
+"""The planner's own CPU per round: k=auto over the demo pair, its decisions timed call by call.
+
+    .venv/bin/python scripts/planner_cpu.py [--link loopback] [--prompts 6] [--max-new-tokens 128]
+
+On a near link every round asks the planner twice (``record_round``, then ``should_switch``)
+and a round is a few tens of milliseconds, so what the planner spends is a share of the
+request that always speculating does not pay. Serves the demo target (CPU) through the bench
+harness (HAProxy ingress, the link emulated), warms one client up with a short request, then
+times each planner method the driver calls over the held-out prompts and prints, per method,
+its calls and milliseconds, and their sum per verified round and as a share of the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# The methods edge/rounds.py and edge/driver.py call on the planner.
+METHODS = ("first_path", "begin", "record_round", "record_forward", "record_ahead", "depth", "should_switch",
+           "record_rtt", "record_cloud_rate", "record_shadow", "record_shadow_sampled", "shadow_wanted")
+
+
+def timed(cls, names, spent: Counter, calls: Counter) -> None:
+    """Wraps each method of ``cls`` named in ``names`` to add its time to ``spent``."""
+    for name in names:
+        method = getattr(cls, name)
+
+        def wrapper(self, *args, _method=method, _name=name, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _method(self, *args, **kwargs)
+            finally:
+                spent[_name] += time.perf_counter() - start
+                calls[_name] += 1
+        setattr(cls, name, wrapper)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--link", default="loopback", help="link profile (edgespec link --help)")
+    parser.add_argument("--prompts", type=int, default=6, help="held-out prompts, in order")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    args = parser.parse_args()
+
+    from edgespec.cloud.bench.harness import Harness, load_prompts
+    from edgespec.cloud.link.profiles import get_profile
+    from edgespec.edge.planner import Planner
+
+    spent, calls = Counter(), Counter()
+    timed(Planner, METHODS, spent, calls)
+    prompts = load_prompts(Path("prompts/heldout.jsonl"), args.prompts)
+    common = dict(max_new_tokens=args.max_new_tokens, stop_token_ids=(), seed=0)
+    with Harness(Path("models/demo/target"), Path("models/demo/draft"), progress=print) as harness:
+        harness.warm_up(prompts[0])
+        harness.use_link(get_profile(args.link))
+        client = harness.new_client()
+        try:
+            client.generate(prompts[0], **(common | {"max_new_tokens": 16}))
+            spent.clear()
+            calls.clear()
+            wall_ms = rounds = 0.0
+            for prompt in prompts:
+                result = client.generate(prompt, **common)
+                wall_ms += 1000 * result.stats.wall_s
+                rounds += result.stats.rounds
+        finally:
+            client.close()
+    total = 1000 * sum(spent.values())
+    print(f"\n{args.link}, {len(prompts)} prompts, {args.max_new_tokens} tokens: {wall_ms:.0f} ms, {rounds:.0f} rounds")
+    for name, seconds in spent.most_common():
+        print(f"  {name:24s} {calls[name]:6d} calls {1000 * seconds:8.1f} ms ({1e6 * seconds / calls[name]:.0f} us each)")
+    print(f"  planner: {total:.1f} ms, {total / max(rounds, 1):.2f} ms per round, {100 * total / wall_ms:.1f}% of the wall time")
+
+
+if __name__ == "__main__":
+    main()
