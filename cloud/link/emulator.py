@@ -328,9 +328,7 @@ class LinkEmulator:
                 await asyncio.sleep(max(quiet_s - idle, 0.01) if not held else 0.01)
             return loop.time() - started
 
-        if self._loop is None or self._thread is None:
-            raise RuntimeError("LinkEmulator is not running: use it as a context manager or call start()")
-        return asyncio.run_coroutine_threadsafe(quiet(), self._loop).result(timeout_s + CONTROL_TIMEOUT_S)
+        return self._submit(quiet, timeout_s + CONTROL_TIMEOUT_S)
 
     def stall(self, seconds: float) -> None:
         """Pauses forwarding in both directions for ``seconds`` from now (extends a running stall)."""
@@ -341,13 +339,16 @@ class LinkEmulator:
     # ---- event loop side ---------------------------------------------------------------
 
     def _call(self, fn):
-        if self._loop is None or self._thread is None:
-            raise RuntimeError("LinkEmulator is not running: use it as a context manager or call start()")
-
         async def invoke():
             return fn()
 
-        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(CONTROL_TIMEOUT_S)
+        return self._submit(invoke, CONTROL_TIMEOUT_S)
+
+    def _submit(self, coroutine_fn, timeout_s: float):
+        """Runs ``coroutine_fn()`` on the link's loop and waits up to ``timeout_s`` for it."""
+        if self._loop is None or self._thread is None:
+            raise RuntimeError("LinkEmulator is not running: use it as a context manager or call start()")
+        return asyncio.run_coroutine_threadsafe(coroutine_fn(), self._loop).result(timeout_s)
 
     def _run(self, ready: threading.Event, failure: list) -> None:
         loop = asyncio.new_event_loop()
