@@ -294,7 +294,7 @@ def bisect_acceptance(wins) -> float:
     if not wins(0.999):
         return 1.0
     low, high = 0.0, 0.999
-    for _ in range(14):  # ~6e-5: finer moves no chance or k it decides
+    for _ in range(30):  # ~1e-9
         mid = 0.5 * (low + high)
         low, high = (low, mid) if wins(mid) else (mid, high)
     return high

@@ -28,7 +28,7 @@ def test_rounds_count_accepted_drafts_and_one_rejection():
 
 def test_break_even_is_where_a_round_commits_the_tokens_needed():
     a = break_even(2.5, 16)
-    assert expected_tokens(a, 16) == pytest.approx(2.5, rel=1e-3)  # (to the bisection's 14 halvings)
+    assert expected_tokens(a, 16) == pytest.approx(2.5)
     assert break_even(0.8, 16) == 0.0  # one token a round already wins
     assert break_even(17.0, 16) == 1.0  # not even a draft that is always right
 
