@@ -7,7 +7,8 @@ and a round is a few tens of milliseconds, so what the planner spends is a share
 request that always speculating does not pay. Serves the demo target (CPU) through the bench
 harness (HAProxy ingress, the link emulated), warms one client up with a short request, then
 times each planner method the driver calls over the held-out prompts and prints, per method,
-its calls and milliseconds, and their sum per verified round and as a share of the wall time.
+its calls and milliseconds (a method's time includes the planner methods it calls), and the
+planner's time (outermost calls) per verified round and as a share of the wall time.
 """
 
 from __future__ import annotations
@@ -26,19 +27,28 @@ METHODS = ("first_path", "begin", "record_round", "record_forward", "record_ahea
            "record_rtt", "record_cloud_rate", "record_shadow", "record_shadow_sampled", "shadow_wanted")
 
 
-def timed(cls, names, spent: Counter, calls: Counter) -> None:
-    """Wraps each method of ``cls`` named in ``names`` to add its time to ``spent``."""
+def timed(cls, names, spent: Counter, calls: Counter) -> list[float]:
+    """Wraps each method of ``cls`` named in ``names`` to add its time to ``spent``; returns
+    the one-element total of the outermost calls (``record_round`` calls ``record_forward``,
+    ``record_shadow`` calls ``record_shadow_sampled``: the sum of ``spent`` counts them twice)."""
+    total, depth = [0.0], [0]
     for name in names:
         method = getattr(cls, name)
 
         def wrapper(self, *args, _method=method, _name=name, **kwargs):
             start = time.perf_counter()
+            depth[0] += 1
             try:
                 return _method(self, *args, **kwargs)
             finally:
-                spent[_name] += time.perf_counter() - start
+                depth[0] -= 1
+                seconds = time.perf_counter() - start
+                spent[_name] += seconds
                 calls[_name] += 1
+                if not depth[0]:
+                    total[0] += seconds
         setattr(cls, name, wrapper)
+    return total
 
 
 def main() -> None:
@@ -53,7 +63,7 @@ def main() -> None:
     from edgespec.edge.planner import Planner
 
     spent, calls = Counter(), Counter()
-    timed(Planner, METHODS, spent, calls)
+    outermost = timed(Planner, METHODS, spent, calls)
     prompts = load_prompts(Path("prompts/heldout.jsonl"), args.prompts)
     common = dict(max_new_tokens=args.max_new_tokens, stop_token_ids=(), seed=0)
     with Harness(Path("models/demo/target"), Path("models/demo/draft"), progress=print) as harness:
@@ -64,6 +74,7 @@ def main() -> None:
             client.generate(prompts[0], **(common | {"max_new_tokens": 16}))
             spent.clear()
             calls.clear()
+            outermost[0] = 0.0
             wall_ms = rounds = 0.0
             for prompt in prompts:
                 result = client.generate(prompt, **common)
@@ -71,7 +82,7 @@ def main() -> None:
                 rounds += result.stats.rounds
         finally:
             client.close()
-    total = 1000 * sum(spent.values())
+    total = 1000 * outermost[0]
     print(f"\n{args.link}, {len(prompts)} prompts, {args.max_new_tokens} tokens: {wall_ms:.0f} ms, {rounds:.0f} rounds")
     for name, seconds in spent.most_common():
         print(f"  {name:24s} {calls[name]:6d} calls {1000 * seconds:8.1f} ms ({1e6 * seconds / calls[name]:.0f} us each)")
