@@ -51,7 +51,7 @@ class FakeCluster:
         self.http_port = free_port()
         cluster = yaml.safe_load((REPO / "cluster" / "fake-cluster.yaml").read_text())
         cluster["provider"]["gcs_address"] = f"127.0.0.1:{self.gcs}"  # fake workers join this head
-        cluster["idle_timeout_minutes"] = 0.25  # idle "GPU" nodes go after 15 s, not a minute
+        cluster["idle_timeout_minutes"] = 0.1  # idle "GPU" nodes go after 6 s, not a minute
         self.cluster_file = tmp_path / "fake-cluster.yaml"
         self.cluster_file.write_text(yaml.safe_dump(cluster))
 
@@ -249,8 +249,12 @@ def test_drain_two_to_one_replica_loses_no_token(cluster, tiny_pair, long_refere
 def test_autoscaling_follows_a_ramp_of_sessions(cluster, tiny_pair, references):
     """Serve's autoscaling_config on ongoing sessions: a ramp to several replicas' worth of
     sessions adds replicas and "GPU" nodes; when the load stops they go away again."""
+    # One ongoing request per replica as the target: the one replica at first holds MAX_SESSIONS
+    # sessions (it refuses the rest), which already asks for all 3, so the "GPU" nodes for two
+    # are launched together. With 2 as the target it asked for 2, then for 3 once the second
+    # was up: one node after the other, ~20 s more.
     cluster.deploy(num_replicas=None, autoscaling_config={
-        "min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 2,
+        "min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1,
         "upscale_delay_s": 1, "downscale_delay_s": 4, "look_back_period_s": 2,
     })
     cluster.wait_for("autoscaling deployed", lambda: cluster.replicas().get("RUNNING") == 1 and len(cluster.replicas()) == 1, 120)
@@ -263,9 +267,9 @@ def test_autoscaling_follows_a_ramp_of_sessions(cluster, tiny_pair, references):
 
     start = time.monotonic()
     with fleet(cluster, tiny_pair, references) as devices:
-        # 2 replicas' worth of sessions is 4 replicas' worth of the autoscaler's target (2 ongoing
-        # each): enough for the 3 it may have (a ramp to 3 replicas' worth, 12 devices, only
-        # added CPU load for the replicas it had to share).
+        # 2 replicas' worth of sessions is 8 replicas' worth of the autoscaler's target: enough
+        # for the 3 it may have (a ramp to 3 replicas' worth, 12 devices, only added CPU load
+        # for the replicas it had to share).
         for load in (1, MAX_SESSIONS, 2 * MAX_SESSIONS):
             devices.resize(load)
             sample(load)
