@@ -24,6 +24,7 @@ from helpers.planner_sim import World, bernoulli_hits, compare, rtt_phases  # no
 
 LINKS = {"loopback": 0.3, "lan": 1.7, "wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms
 TEXTS = {  # name: (lo, hi, good, bad)
+    "hard 0-24": (0, 24, 0.94, 0.5),  # a hard start, an easy rest
     "hard 20-60": (20, 60, 0.92, 0.3),
     "hard 30-50": (30, 50, 0.92, 0.2),
     "mixed 40-90": (40, 90, 0.9, 0.45),
