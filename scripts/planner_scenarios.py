@@ -4,10 +4,11 @@ hard start with an easy rest, a hard passage mid-text (docs/links.md, "Runs 49-5
     .venv/bin/python scripts/planner_scenarios.py [--seeds 8]
 
 Each device's planner serves three easy texts (the draft right with the row's rest's chance)
-and then the text of the row; the figure is cloud-only's time over k=auto's for that fourth text, summed over
-the seeds (above 1: k=auto is faster). The world is ``tests/helpers/planner_sim.py``'s: a round
-trip of 15, 33 or 61 ms, a forward of 6 ms + 0.5 a draft, a decoding step of 8 ms; no wall clock,
-so the same command prints the same figures.
+and then the text of the row; the figure is cloud-only's time over k=auto's for that fourth
+text, summed over the seeds (above 1: k=auto is faster). The world is
+``tests/helpers/planner_sim.py``'s: a round trip of 15, 33 or 61 ms, a forward of 6 ms + 0.5 a
+draft, a decoding step of 8 ms; no wall clock, so the same command prints the same figures.
+(``helpers.planner_sim.compare`` sums every request of a device; this prices the fourth alone.)
 """
 
 from __future__ import annotations
