@@ -61,7 +61,7 @@ def _pair(parser: argparse.ArgumentParser, *, prompts: bool = True) -> None:
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target", help="target model directory")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft", help="ONNX draft directory")
     if prompts:
-        parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text)")
+        parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text; a JSONL record with messages is rendered with the draft's chat template)")
         parser.add_argument("--prompt-limit", type=int, default=8, help="prompts per setting")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default runs/bench-MODE-TIME)")
     parser.add_argument("--seed", type=int, default=0)
@@ -208,10 +208,14 @@ def run(args: argparse.Namespace) -> int:
                             progress=lambda message: print(message, flush=True))
     try:
         from edgespec.cloud.bench.harness import load_prompts
+        from edgespec.edge.eos import chat_template_of
 
         _register_connection(args)
-        prompts = load_prompts(args.prompts, args.prompt_limit)
-        held_out = load_prompts(args.held_out, args.prompt_limit) if getattr(args, "held_out", None) else []
+        # A chat record (``messages``) is timed as the device server would send it: rendered with
+        # the draft's chat template, where it has one (a chat model's users send no plain text).
+        template = chat_template_of(args.draft)
+        prompts = load_prompts(args.prompts, args.prompt_limit, chat_template=template)
+        held_out = load_prompts(args.held_out, args.prompt_limit, chat_template=template) if getattr(args, "held_out", None) else []
         for name, path in (("target", args.target / "config.json"), ("draft", args.draft / "manifest.json")):
             if not path.is_file():
                 raise FileNotFoundError(f"--{name}: {path} not found")

@@ -28,21 +28,34 @@ SPECULATION_ONLY = ("k", "mode", "top_n", "lookup", "lookup_weight", "draft_temp
 from edgespec.edge.types import Result
 
 
-def load_prompts(path: str | Path, limit: int | None = None) -> list[str]:
-    """Prompts from a JSONL file (``prompt`` or ``text`` field) or a text file (blank-line separated)."""
+def load_prompts(path: str | Path, limit: int | None = None, *, chat_template: str | None = None) -> list[str]:
+    """Prompts from a JSONL file (``prompt`` or ``text`` field) or a text file (blank-line separated).
+
+    ``chat_template`` (the draft's, ``edge.eos.chat_template_of``): a record with ``messages``
+    is rendered with it, as the device server renders a chat request, so a chat model is timed
+    on what its users send it (without it, the record's ``prompt`` as plain text)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {path} not found")
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
+        from edgespec.edge.openai_request import RequestError, render_chat
+
         prompts = []
         for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                record = json.loads(line)
-                prompt = record.get("prompt") or record.get("text")
-                if not prompt:
-                    raise ValueError(f"{path}:{number}: a record needs a 'prompt' or 'text' field")
-                prompts.append(prompt)
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if chat_template is not None and "messages" in record:
+                try:
+                    prompts.append(render_chat(chat_template, record["messages"]))
+                except RequestError as exc:
+                    raise ValueError(f"{path}:{number}: {exc}") from None
+                continue
+            prompt = record.get("prompt") or record.get("text")
+            if not prompt:
+                raise ValueError(f"{path}:{number}: a record needs a 'prompt' or 'text' field")
+            prompts.append(prompt)
     else:
         prompts = [block for block in text.split("\n\n") if block.strip()]
     if not prompts:

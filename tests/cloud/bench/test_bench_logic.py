@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from edgespec.cloud.bench.diagnosis import Diagnosis, char_categories, token_categories
@@ -149,3 +151,17 @@ def test_compare_alternates_the_arms_and_pairs_their_link_draws():
     assert calls == ["quiet", "draws wifi/prompt 0", "spec a", "quiet", "draws wifi/prompt 0", "cloud a",
                      "quiet", "draws wifi/prompt 1", "cloud b", "quiet", "draws wifi/prompt 1", "spec b"]
     assert spec == cloud == ["a", "b"]
+
+
+def test_chat_records_are_rendered_with_the_drafts_chat_template(tmp_path):
+    from edgespec.cloud.bench.harness import load_prompts
+
+    path = tmp_path / "chat.jsonl"
+    rows = [{"prompt": "Name a fruit.", "messages": [{"role": "user", "content": "Name a fruit."}]}, {"prompt": "plain text"}]
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n", encoding="utf-8")
+    template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    assert load_prompts(path, chat_template=template) == ["<|user|>Name a fruit.<|end|><|assistant|>", "plain text"]
+    assert load_prompts(path) == ["Name a fruit.", "plain text"]  # no template (a plain model): the prompt's text
+    path.write_text(json.dumps({"prompt": "x", "messages": [{"role": "user"}]}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"chat\.jsonl:1: .*content"):
+        load_prompts(path, chat_template=template)
