@@ -20,7 +20,8 @@ Send-ahead enters with the request's setting (``use_send_ahead``: "auto" keeps `
 in flight, 1 none) from the first prediction, not only once a block went ahead: whether a block
 sent ahead holds is ahead(k)'s to say, and blocks measured nearly always discarded
 (``record_ahead``) bring ``depth`` to 1. The bias is measured round time over predicted round
-time at each round's own k.
+time at each round's own k and kind (fresh, or sent ahead and held): it corrects the costs,
+and whether blocks hold is the acceptance's to say.
 
 Cloud-only: the stream's measured rate (first token to last; a loss stall is left out until the
 burst of tokens behind it has come, ``record_cloud_rate``); before this device has streamed,
@@ -160,6 +161,11 @@ class Planner(Forecast):
         self._segment_log.clear()
         self._end_replay()
         self.est.acceptance.begin_segment()
+        # Blocks sent ahead are discarded where acceptance is low: a hard passage's record of
+        # them (depth 1) must not price the next segment, whose holds ahead(k) tells (on 4G an
+        # easy text's stream priced speculation at depth 1, 11.5 ms/token against the stream's
+        # 8.8, where blocks in flight ran it at 4.5); its own blocks sent ahead measure it anew.
+        self.est.chain_valid = None
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
             self.est.round_ms.samples.clear()
@@ -207,7 +213,7 @@ class Planner(Forecast):
             est.rtt_ms.add(max(wait_ms - forward_ms, 0.0))
             if k is not None:
                 est.device.add(k, max(wall_ms - wait_ms, 0.0))
-        predicted = self.predicted_round_ms(k)
+        predicted = self._round_as_run(k, held=wait_ms is None)
         est.spec.add(wall_ms, tokens)
         self._segment_log.append((wall_ms, tokens))
         est.round_ms.add(wall_ms, 1)
@@ -221,6 +227,19 @@ class Planner(Forecast):
             # slowly, so that send-ahead is tried again after a few dozen rounds.
             est.chain_valid = 0.98 * est.chain_valid + 0.02 * 0.5
         self._changed()
+
+    def _round_as_run(self, k: int | None, *, held: bool) -> float | None:
+        """What a round of ``k`` drafts was predicted to cost as it ran: a block that waited for
+        its verdict a fresh round, one sent ahead that held a held one (``_round_costs``). The
+        bias compares like with like, so it corrects the costs alone: against the mix of the
+        two weighted by the chance a block holds, the fresh rounds of a hard text after easy
+        ones (blocks expected to hold on the last texts' acceptance) taught a bias of 1.3 that
+        then priced the next easy text's speculation a third too dear."""
+        costs = self._round_costs()
+        if k is None or costs is None:
+            return self.predicted_round_ms(k)
+        fresh, held_ms = costs[max(1, min(int(k), self._max_k)) - 1]
+        return held_ms if held else fresh
 
     def record_ahead(self, valid: bool) -> None:
         value = 1.0 if valid else 0.0

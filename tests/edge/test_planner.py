@@ -273,6 +273,56 @@ def test_predictions_learn_how_far_the_measurement_was_from_them():
     assert planner.predicted_speculative() == pytest.approx(planner.est.spec_bias * planner.predicted_speculative(corrected=False))
 
 
+def test_the_bias_corrects_the_costs_not_the_acceptance():
+    """A 4G device that sends blocks ahead: an easy text, then a hard one whose blocks go back
+    and forth fresh (each waits for its verdict), every round costing exactly what the cost model
+    says a fresh round does. The bias stays 1: whether blocks hold is the acceptance's to say, so
+    the hard text leaves no bias that prices the next easy one dear (it had priced each round at
+    the mix of a fresh and a held one, weighted by a chance to hold that the hard text belied:
+    a bias of 1.5, and the next easy text streamed whole)."""
+    planner = Planner()
+    planner.use_send_ahead("auto")
+    planner.record_rtt(61.0)
+    planner.record_forward(8.0)
+    planner.record_decode(7.5)
+    planner.first_path(128)
+    planner.begin(Path.SPECULATIVE)
+    k, forward = 8, 8.0
+
+    def fresh_round(tokens: int) -> None:
+        device = planner.device_ms(k)
+        planner.record_round(wall_ms=61.0 + forward + device, wait_ms=61.0 + forward, forward_ms=forward, tokens=tokens, k=k)
+
+    fresh_round(k + 1)  # (the Open's round)
+    for _ in range(6):
+        fresh_round(k + 1)  # easy: every draft accepted
+    assert planner.depth() > 1 and planner._tokens_and_holds()[1][k] > 0.3  # blocks sent ahead would hold
+    for _ in range(12):
+        fresh_round(1)  # hard: the first draft rejected
+    assert planner.est.spec_bias == pytest.approx(1.0, abs=0.02)
+
+
+def test_blocks_discarded_in_a_hard_passage_do_not_price_the_next_segment():
+    """Blocks sent ahead in a hard passage are discarded (depth 1 for the rest of it); once it
+    is left, the stream prices speculation with blocks in flight again, whether they hold being
+    what the acceptance observed over the stream says (on 4G, priced at depth 1, an easy text
+    after hard ones was predicted at 11.5 ms/token against the stream's 8.8 at its 64th
+    streamed token, and the always-speculating arms ran it at 4.5-6.4)."""
+    planner = Planner()
+    planner.use_send_ahead("auto")
+    planner.record_rtt(61.0)
+    planner.record_forward(8.0)
+    planner.record_decode(7.5)
+    planner.first_path(128)
+    planner.begin(Path.SPECULATIVE)
+    for _ in range(6):
+        planner.record_ahead(False)
+    assert planner.depth() == 1
+    dear = planner.predicted_speculative()
+    planner.begin(Path.CLOUD_ONLY)
+    assert planner.depth() > 1 and planner.predicted_speculative() < dear
+
+
 def test_send_ahead_cannot_hide_more_than_depth_blocks_per_round_trip():
     """A satellite link with blocks that chain well: no more than ``depth`` of them travel per
     round trip, so speculation still loses to the stream and a generation starts cloud-only."""
