@@ -273,13 +273,9 @@ def test_predictions_learn_how_far_the_measurement_was_from_them():
     assert planner.predicted_speculative() == pytest.approx(planner.est.spec_bias * planner.predicted_speculative(corrected=False))
 
 
-def test_the_bias_corrects_the_costs_not_the_acceptance():
-    """A 4G device that sends blocks ahead: an easy text, then a hard one whose blocks go back
-    and forth fresh (each waits for its verdict), every round costing exactly what the cost model
-    says a fresh round does. The bias stays 1: whether blocks hold is the acceptance's to say, so
-    the hard text leaves no bias that prices the next easy one dear (it had priced each round at
-    the mix of a fresh and a held one, weighted by a chance to hold that the hard text belied:
-    a bias of 1.5, and the next easy text streamed whole)."""
+def speculating_on_4g() -> Planner:
+    """A planner that sends blocks ahead (``"auto"``) over a 4G round trip, its request begun
+    on a speculative segment."""
     planner = Planner()
     planner.use_send_ahead("auto")
     planner.record_rtt(61.0)
@@ -287,6 +283,17 @@ def test_the_bias_corrects_the_costs_not_the_acceptance():
     planner.record_decode(7.5)
     planner.first_path(128)
     planner.begin(Path.SPECULATIVE)
+    return planner
+
+
+def test_the_bias_corrects_the_costs_not_the_acceptance():
+    """A 4G device that sends blocks ahead: an easy text, then a hard one whose blocks go back
+    and forth fresh (each waits for its verdict), every round costing exactly what the cost model
+    says a fresh round does. The bias stays 1: whether blocks hold is the acceptance's to say, so
+    the hard text leaves no bias that prices the next easy one dear (it had priced each round at
+    the mix of a fresh and a held one, weighted by a chance to hold that the hard text belied:
+    a bias of 1.32 here)."""
+    planner = speculating_on_4g()
     k, forward = 8, 8.0
 
     def fresh_round(tokens: int) -> None:
@@ -308,13 +315,7 @@ def test_blocks_discarded_in_a_hard_passage_do_not_price_the_next_segment():
     what the acceptance observed over the stream says (on 4G, priced at depth 1, an easy text
     after hard ones was predicted at 11.5 ms/token against the stream's 8.8 at its 64th
     streamed token, and the always-speculating arms ran it at 4.5-6.4)."""
-    planner = Planner()
-    planner.use_send_ahead("auto")
-    planner.record_rtt(61.0)
-    planner.record_forward(8.0)
-    planner.record_decode(7.5)
-    planner.first_path(128)
-    planner.begin(Path.SPECULATIVE)
+    planner = speculating_on_4g()
     for _ in range(6):
         planner.record_ahead(False)
     assert planner.depth() == 1
