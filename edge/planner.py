@@ -235,11 +235,7 @@ class Planner(Forecast):
         two weighted by the chance a block holds, the fresh rounds of a hard text after easy
         ones (blocks expected to hold on the last texts' acceptance) taught a bias of 1.3 that
         then priced the next easy text's speculation a third too dear."""
-        costs = self._round_costs()
-        if k is None or costs is None:
-            return self.predicted_round_ms(k)
-        fresh, held_ms = costs[max(1, min(int(k), self._max_k)) - 1]
-        return held_ms if held else fresh
+        return self.predicted_round_ms() if k is None else self._effective_round(k, 1.0 if held else 0.0)
 
     def record_ahead(self, valid: bool) -> None:
         value = 1.0 if valid else 0.0
