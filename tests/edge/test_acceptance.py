@@ -78,3 +78,41 @@ def test_acceptance_by_position_kept_as_rounds_come_and_go_equals_summing_them()
             acc.add_counts(reached, [x * rng.random() for x in reached])
         for kk in (1, 5, 17):
             assert acc.by_position(kk) == pytest.approx(summed(acc, kk), abs=1e-9)
+
+
+def test_a_texts_prior_is_what_the_last_texts_did_and_a_text_unlike_them_escapes_it():
+    """Two early misses of a draft that was right on 0.9 of every earlier text are no verdict on
+    this text (Jeffreys' prior alone says it can hardly win); a text far below the last ones is
+    judged on its own rounds as before; texts that differ give a loose prior."""
+    from edgespec.edge.acceptance import PRIOR, TEXT_PRIOR_DRAFTS, TEXT_PRIOR_TEXTS
+
+    def texts(acc: Acceptance, accepted_of_10: list[int]) -> None:
+        for accepted in accepted_of_10:
+            for _ in range(8):
+                acc.add(accepted, 10)  # ``accepted`` + 1 reached (9: all 10, 0.9 a draft)
+            acc.end_text()
+
+    acc = Acceptance()
+    texts(acc, [9] * (TEXT_PRIOR_TEXTS - 1))
+    assert acc.text_prior() is None
+    acc.add(1, 10)
+    acc.add(0, 10)  # a new text: 1 accepted, 2 rejected
+    jeffreys = beta_upper_tail(0.8, PRIOR + 1, PRIOR + 2)
+    assert acc.text_chance_at_least(0.8) == pytest.approx(jeffreys) and jeffreys < 0.1
+
+    acc = Acceptance()
+    texts(acc, [9] * 6)
+    alpha, beta = acc.text_prior()
+    assert alpha / (alpha + beta) == pytest.approx(0.9) and alpha + beta == pytest.approx(TEXT_PRIOR_DRAFTS)
+    acc.add(1, 10)
+    acc.add(0, 10)
+    assert acc.text_chance_at_least(0.8) > 0.2  # the same two rounds: no verdict yet
+    for _ in range(3):
+        acc.add(0, 10)  # five rounds, one draft accepted: a text unlike the last ones
+    assert acc.text_chance_at_least(0.8) < 0.01
+    assert acc.text_chance_at_least(0.8) == pytest.approx(beta_upper_tail(0.8, PRIOR + 1, PRIOR + 5), abs=0.005)
+
+    acc = Acceptance()
+    texts(acc, [9, 0, 9, 1, 9, 0])  # texts that differ: 0.9, 0 (one draft reached a round), 0.9, 0.5, 0.9, 0
+    alpha, beta = acc.text_prior()
+    assert alpha + beta < TEXT_PRIOR_DRAFTS / 2
