@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.planner_sim import World, bernoulli_hits, compare, rtt_phases  # noqa: E402
 
 LINKS = {"loopback": 0.3, "lan": 1.7, "wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms
+# the demo pair on 2 CPU cores (the module docstring); scripts/planner_traces.py prices in it too
+WORLD = dict(forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5, draft_ms=0.3)
 TEXTS = {  # name: (lo, hi, good, bad)
     "hard 0-24": (0, 24, 0.94, 0.5),  # a hard start, an easy rest
     "hard 20-60": (20, 60, 0.92, 0.3),
@@ -46,8 +48,7 @@ def acceptance_at(text: tuple[int, int, float, float] | None, seed: int):
 
 
 def cell(rtt: float, text: tuple[int, int, float, float] | None, seeds: int, requests: int) -> tuple[float, float, int]:
-    t = compare((World(rtt_ms=rtt_phases((0, rtt)), hits=bernoulli_hits(acceptance_at(text, seed), seed),
-                       forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5, draft_ms=0.3)
+    t = compare((World(rtt_ms=rtt_phases((0, rtt)), hits=bernoulli_hits(acceptance_at(text, seed), seed), **WORLD)
                  for seed in range(seeds)), requests)
     return min(t.cloud, t.spec) / t.auto, t.cloud / t.spec, t.switches
 

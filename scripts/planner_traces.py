@@ -36,9 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers.planner_sim import Sim, World, always_speculating_ms, cloud_only_ms, rtt_phases  # noqa: E402
-
-LINKS = {"loopback": 0.3, "lan": 1.7, "wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms (planner_grid's)
-WORLD = dict(forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5, draft_ms=0.3)
+from planner_grid import LINKS, WORLD  # noqa: E402 (this script's folder: the demo pair's links and costs)
 
 
 def record(models: Path, prompts_file: Path, limit: int, max_new_tokens: int) -> list[list[bool]]:
