@@ -176,9 +176,14 @@ class AsyncEdgeClient:
 
     async def probe_rtt(self) -> float:
         """One Info round trip, in ms (the planner's view of the link while streaming cloud-only)."""
+        return (await self.probe())[0]
+
+    async def probe(self) -> tuple[float, float]:
+        """One Info round trip: its ms, and the replica's recent verify forward that Info reports
+        (0: none measured yet)."""
         started = self.clock()
-        await self._stub.Info(pb.InfoRequest(), timeout=self.timeout)
-        return (self.clock() - started) * 1000
+        reply = await self._stub.Info(pb.InfoRequest(), timeout=self.timeout)
+        return (self.clock() - started) * 1000, reply.forward_ms
 
     async def planner(self, params: GenerationParams) -> Planner:
         """The planner for this kind of request; a new one starts from the server's step times
@@ -245,7 +250,7 @@ class AsyncEdgeClient:
             self._stub,
             self.draft.fork(),  # each generation its own context and cache, shared weights
             self._draft_thread, prompt_ids, params, info,
-            timeout=self.timeout, max_retries=self.max_retries, planner=planner, rtt_probe=self.probe_rtt, clock=self.clock,
+            timeout=self.timeout, max_retries=self.max_retries, planner=planner, rtt_probe=self.probe, clock=self.clock,
         )
 
 

@@ -61,7 +61,7 @@ class Generation:
     def __init__(self, stub: Stub, drafter: Drafter, draft_thread: Executor,
                  prompt_ids: list[int], params: GenerationParams, info: ServerInfo, *, timeout: float,
                  max_retries: int, planner: Planner | None = None,
-                 rtt_probe: Callable[[], Awaitable[float]] | None = None, clock: Clock = time.perf_counter):
+                 rtt_probe: Callable[[], Awaitable[tuple[float, float]]] | None = None, clock: Clock = time.perf_counter):
         params = served_mode(params, info.modes)  # an older server: exact instead of coupled
         if params.lookup == "only":
             drafter = LookupDraft(drafter)  # no draft model: every draft comes from the context
@@ -279,13 +279,17 @@ class Generation:
                       sampling=settings.sampling, lookup_weight=settings.lookup_weight, draws=draws,
                       top_n=settings.top_n, clock=self.clock)
 
-    async def _probe_rtt(self, rtt_probe: Callable[[], Awaitable[float]]) -> None:
+    async def _probe_rtt(self, rtt_probe: Callable[[], Awaitable[tuple[float, float]]]) -> None:
         # The first probe goes with the stream's start: a segment may be left only once it has
         # one, and a first probe after the interval kept a stream from coming back for its
-        # first ~40 tokens on 5G, where the draft was predicted faster from its fifth.
+        # first ~40 tokens on 5G, where the draft was predicted faster from its fifth. Each
+        # probe also brings the replica's own forward, which no round measures while streaming.
+        planner = self.policies.planner
         while True:
             try:
-                self.policies.planner.record_rtt(await rtt_probe())
+                rtt_ms, forward_ms = await rtt_probe()
+                planner.record_rtt(rtt_ms)
+                planner.record_replica_forward(forward_ms)
             except Exception:  # a failed probe says nothing about the stream; the stream reports its own errors
                 pass
             await asyncio.sleep(RTT_PROBE_INTERVAL_S)

@@ -18,8 +18,10 @@ E[tokens | k] comes from acceptance by position (``acceptance.Acceptance``), so 
 probing blocks of a good draft predict what the longer blocks the policy moves to will commit.
 Send-ahead enters with the request's setting (``use_send_ahead``: "auto" keeps ``depth`` blocks
 in flight, 1 none) from the first prediction, not only once a block went ahead: whether a block
-sent ahead holds is ahead(k)'s to say, and blocks measured nearly always discarded
-(``record_ahead``) bring ``depth`` to 1. The bias is measured round time over predicted round
+sent ahead holds is ahead(k)'s to say. ``depth`` drops to 1 where blocks sent ahead do not pay
+for their drafting: the share measured to hold (``record_ahead``) times what a held round saves
+(most of a round trip) below a fresh round's device time (on 4G a quarter holding pays; on a
+near link a held round saves about the round trip, which never does). The bias is measured round time over predicted round
 time at each round's own k and kind (fresh, or sent ahead and held): it corrects the costs,
 and whether blocks hold is the acceptance's to say.
 
@@ -165,7 +167,7 @@ class Planner(Forecast):
         # them (depth 1) must not price the next segment, whose holds ahead(k) tells (on 4G an
         # easy text's stream priced speculation at depth 1, 11.5 ms/token against the stream's
         # 8.8, where blocks in flight ran it at 4.5); its own blocks sent ahead measure it anew.
-        self.est.chain_valid = None
+        self.est.chain_valid, self.est.ahead_sent, self.est.ahead_held = None, 0.0, 0.0
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
             self.est.round_ms.samples.clear()
@@ -181,6 +183,18 @@ class Planner(Forecast):
         if ms > 0:
             self.est.forward_ms.add(ms)
             self._changed()
+
+    def record_replica_forward(self, ms: float) -> None:
+        """The replica's recent verify forward as it reports it (Info, probed beside a stream).
+        No round measures the forward while streaming: without this, one slow forward measured
+        under load (220 ms against 15) priced speculation out of every later request. It moves
+        the fitted line's level, at the k its rounds had, not its slope."""
+        if ms <= 0:
+            return
+        fit = self.est.forward_fit
+        if not fit.empty:
+            fit.add(fit.mean_x, ms)
+        self.record_forward(ms)
 
     def record_round(
         self, *, wall_ms: float, wait_ms: float | None, forward_ms: float, tokens: int, k: int | None = None
@@ -222,10 +236,10 @@ class Planner(Forecast):
             bias = est.bias.trimmed  # (None only while it has no sample)
             if len(est.bias) >= 4 and bias is not None:
                 est.spec_bias = min(max(bias, 2 / 3), 1.5)
-        if est.chain_valid is not None and est.chain_valid < 0.15:
-            # No block goes ahead at this rate, so nothing would update it: drift back up
-            # slowly, so that send-ahead is tried again after a few dozen rounds.
-            est.chain_valid = 0.98 * est.chain_valid + 0.02 * 0.5
+        if est.chain_valid is not None and not self.ahead_pays():
+            # No block goes ahead at this rate, so nothing would update it: forget slowly, so
+            # that send-ahead is tried again after a few dozen rounds.
+            self._weigh_ahead(0.98, 0.0, 0.0)
         self._changed()
 
     def _round_as_run(self, k: int | None, *, held: bool) -> float | None:
@@ -238,8 +252,15 @@ class Planner(Forecast):
         return self.predicted_round_ms() if k is None else self._effective_round(k, 1.0 if held else 0.0)
 
     def record_ahead(self, valid: bool) -> None:
-        value = 1.0 if valid else 0.0
-        self.est.chain_valid = value if self.est.chain_valid is None else 0.8 * self.est.chain_valid + 0.2 * value
+        """A block sent ahead was verified (``valid``) or discarded."""
+        self._weigh_ahead(self.AHEAD_DECAY, 1.0, 1.0 if valid else 0.0)
+
+    def _weigh_ahead(self, decay: float, sent: float, held: float) -> None:
+        """The share of blocks sent ahead that held: recent ones weigh most, and the prior one
+        block (the first discard is no verdict)."""
+        est = self.est
+        est.ahead_sent, est.ahead_held = decay * est.ahead_sent + sent, decay * est.ahead_held + held
+        est.chain_valid = (est.ahead_held + self.AHEAD_PRIOR) / (est.ahead_sent + 1.0)
         self._changed()
 
     def record_shadow(self, hits, k: int | None = None, *, draft_ms: float | None = None) -> None:

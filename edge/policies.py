@@ -67,8 +67,9 @@ class Policies:
         return self.planner.depth() if self.send_ahead == "auto" else int(self.send_ahead)
 
     def after_round(self, timing: RoundTiming) -> None:
-        self.k.update(timing.k, timing.accepted, draft_ms=timing.draft_ms, wait_ms=timing.wait_ms)
-        self.planner.record_round(wall_ms=timing.wall_ms, wait_ms=None if timing.ahead else timing.wait_ms,
+        wait_ms = None if timing.ahead else timing.wait_ms  # (a block sent ahead waited behind another)
+        self.k.update(timing.k, timing.accepted, draft_ms=timing.draft_ms, wait_ms=wait_ms)
+        self.planner.record_round(wall_ms=timing.wall_ms, wait_ms=wait_ms,
                                   forward_ms=timing.forward_ms, tokens=timing.tokens, k=timing.k)
         if timing.ahead:
             self.planner.record_ahead(True)

@@ -29,7 +29,7 @@ from edgespec.edge.params import parse_k
 class KPolicy(Protocol):
     def next_k(self, limit: int) -> int: ...
 
-    def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float) -> None: ...
+    def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float | None) -> None: ...
 
 
 @dataclass
@@ -43,7 +43,7 @@ class FixedK:
     def next_k(self, limit: int) -> int:
         return max(1, min(self.k, limit))
 
-    def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float) -> None:
+    def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float | None) -> None:
         pass
 
 
@@ -86,6 +86,11 @@ class LinearFit:
     @property
     def empty(self) -> bool:
         return self._w < 1e-9
+
+    @property
+    def mean_x(self) -> float:
+        """The x the line's samples weigh around (a sample there moves its level, not its slope)."""
+        return self._wx / self._w if not self.empty else 0.0
 
     def at(self, x: float, default: float) -> float:
         if self.empty:
@@ -140,14 +145,18 @@ class AdaptiveK:
         k = best_k(tokens, lambda k: self.round_ms(k) + k * self.draft_ms, self.k_min, upper)
         return min(k, max(1, limit))
 
-    def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float) -> None:
-        """Feeds one round's outcome; ``draft_ms`` None when it included a prompt prefill."""
+    def update(self, k: int, accepted: int, *, draft_ms: float | None, wait_ms: float | None) -> None:
+        """Feeds one round's outcome; ``draft_ms`` None when it included a prompt prefill,
+        ``wait_ms`` None for a block sent ahead (its wait, behind its predecessor's verdict, is
+        no round trip: fitted, such waits made short blocks look cheap where they hold more
+        often, and k fell from 15 to 10 on 4G)."""
         d = self.decay
         self.successes = d * self.successes + accepted
         self.trials = d * self.trials + accepted + (1 if accepted < k else 0)
         if draft_ms is not None:
             self.draft_ms = d * self.draft_ms + (1 - d) * (draft_ms / max(k, 1))
-        self.wait.add(k, wait_ms)
+        if wait_ms is not None:
+            self.wait.add(k, wait_ms)
 
 
 def make_policy(k: int | str, *, k_max: int = 16, tokens: Callable[[int], float] | None = None) -> KPolicy:

@@ -87,18 +87,23 @@ def test_a_stream_probes_the_round_trip_at_its_start(monkeypatch):
 
     monkeypatch.setattr(driver, "RTT_PROBE_INTERVAL_S", 3600.0)
     measured: list[float] = []
+    forwards: list[float] = []
 
     async def go() -> None:
         probed = asyncio.Event()
 
         def record_rtt(ms: float) -> None:
             measured.append(ms)
+
+        def record_replica_forward(ms: float) -> None:
+            forwards.append(ms)
             probed.set()
 
-        async def probe() -> float:
-            return 42.0
+        async def probe() -> tuple[float, float]:
+            return 42.0, 15.0
 
-        owner = SimpleNamespace(policies=SimpleNamespace(planner=SimpleNamespace(record_rtt=record_rtt)))
+        planner = SimpleNamespace(record_rtt=record_rtt, record_replica_forward=record_replica_forward)
+        owner = SimpleNamespace(policies=SimpleNamespace(planner=planner))
         task = asyncio.create_task(Generation._probe_rtt(owner, probe))  # type: ignore[arg-type]
         try:
             await asyncio.wait_for(probed.wait(), 10)
@@ -107,3 +112,4 @@ def test_a_stream_probes_the_round_trip_at_its_start(monkeypatch):
 
     asyncio.run(go())
     assert measured == [42.0]
+    assert forwards == [15.0]  # the replica's forward, which no round measures while streaming

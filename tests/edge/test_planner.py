@@ -155,7 +155,25 @@ def test_depth_covers_the_round_trip_and_drops_to_one_when_ahead_blocks_fail():
     near = Planner()
     near.record_rtt(1.0)
     near.record_forward(20.0)
-    assert near.depth() == 2
+    assert near.depth() == 1  # a held block would save about the round trip: less than drafting it costs
+
+
+def test_a_quarter_of_blocks_sent_ahead_holding_keeps_them_going_on_a_far_link():
+    """bench on 4G (demo pair): a quarter of the blocks sent ahead held, and two in flight ran at
+    12.5 ms/token against one's 14.1. The rule before (depth 1 below 15% held, the share taken
+    from the first block on) sent none after the first few discards: 14.0. What a held block
+    saves (most of a round trip) is weighed against what drafting it costs the device."""
+    far, five_g = Planner(), Planner()
+    for planner, rtt in ((far, 61.0), (five_g, 33.0)):
+        planner.record_rtt(rtt)
+        planner.record_forward(15.0)
+        speculating(planner, rtt=rtt, forward=15.0, tokens=8, rounds=6, device=3.5, k=16)
+        for held in [False, False, True, False] * 6:  # a quarter held, the first ones discarded
+            planner.record_ahead(held)
+            assert planner.depth() > 1, (rtt, planner.est.chain_valid)
+    for _ in range(40):
+        far.record_ahead(False)
+    assert far.depth() == 1  # none held over a hard passage's forty rounds: no more sending ahead
 
 
 def test_failed_send_ahead_is_retried_after_a_while():
@@ -471,3 +489,23 @@ def test_an_unpromising_draft_rests_over_the_stream_and_comes_back_when_it_turns
 def test_whether_speculation_wins_is_a_clear_error_before_anything_is_measured():
     with pytest.raises(ValueError, match="round trip"):
         Planner().speculation_wins_at(0.9)
+
+
+def test_one_slow_forward_does_not_price_speculation_out_for_good():
+    """bench planner on loopback with a busy process: the first request's second round measured
+    the replica's forward at 220 ms (15 otherwise), the draft was "hopeless" and every later
+    request streamed at 10-17 ms/token where speculation ran at 3-4: while streaming no round
+    measures the forward again. The forward the replica reports, probed beside the stream,
+    brings speculation back."""
+    planner = Planner()
+    planner.record_rtt(3.0)
+    planner.record_forward(15.0)
+    planner.record_decode(9.0, stream_ms=10.0)
+    assert planner.first_path(128) is Path.SPECULATIVE
+    planner.begin(Path.SPECULATIVE)
+    speculating(planner, rtt=3.0, forward=220.0, tokens=9, rounds=2, k=16)
+    assert planner.first_path(128) is Path.CLOUD_ONLY
+    planner.begin(Path.CLOUD_ONLY)
+    for _ in range(4):  # two seconds of a stream's probes
+        planner.record_replica_forward(15.0)
+    assert planner.first_path(128) is Path.SPECULATIVE, planner.switch_log

@@ -56,3 +56,24 @@ def test_adaptive_k_can_choose_by_the_planners_acceptance_by_position():
     geometric = AdaptiveK(prior_alpha=0.7, initial_draft_ms=0.5, initial_round_ms=20.0)
     told = AdaptiveK(prior_alpha=0.7, initial_draft_ms=0.5, initial_round_ms=20.0, tokens=by_position)
     assert told.next_k(16) > geometric.next_k(16)
+
+
+def test_a_block_sent_ahead_does_not_teach_adaptive_k_that_short_blocks_are_cheap():
+    """bench on 4G with blocks in flight: a held block's wait (behind its predecessor's verdict,
+    ~20 ms) is no round trip (~85 ms). Fitted against k, held blocks (shorter ones hold more
+    often) made short blocks look cheap, and k fell from 15 to 10 (tau 6.8 -> 4.7, 12.0 -> 14.4
+    ms/token). The k policy fits fresh rounds' waits only, as the planner does."""
+    from edgespec.edge.params import GenerationParams
+    from edgespec.edge.policies import Policies, RoundTiming
+    from edgespec.edge.types import ServerInfo
+
+    info = ServerInfo(model_id="m", tokenizer_fingerprint="fp", vocab_size=64, max_context=4096, max_k=16,
+                      max_new_tokens=1024, modes=("greedy",), version="1", send_ahead=True)
+    policies = Policies(GenerationParams(max_new_tokens=512), info)
+    for i in range(24):
+        ahead = i % 2 == 1
+        k = 11 if ahead else 16
+        policies.after_round(RoundTiming(k=k, accepted=k if ahead else 8, tokens=(k if ahead else 8) + 1, draft_ms=0.2 * k,
+                                         wait_ms=20.0 if ahead else 85.0, wall_ms=22.0 if ahead else 88.0,
+                                         forward_ms=15.0, ahead=ahead))
+    assert policies.block_k(16) >= 14
