@@ -21,9 +21,9 @@ in flight, 1 none) from the first prediction, not only once a block went ahead: 
 sent ahead holds is ahead(k)'s to say. ``depth`` drops to 1 where blocks sent ahead do not pay
 for their drafting: the share measured to hold (``record_ahead``) times what a held round saves
 (most of a round trip) below a fresh round's device time (on 4G a quarter holding pays; on a
-near link a held round saves about the round trip, which never does). The bias is measured round time over predicted round
-time at each round's own k and kind (fresh, or sent ahead and held): it corrects the costs,
-and whether blocks hold is the acceptance's to say.
+near link a held round saves about the round trip, which never does). The bias is measured
+round time over predicted round time at each round's own k and kind (fresh, or sent ahead and
+held): it corrects the costs, and whether blocks hold is the acceptance's to say.
 
 Cloud-only: the stream's measured rate (first token to last; a loss stall is left out until the
 burst of tokens behind it has come, ``record_cloud_rate``); before this device has streamed,
