@@ -71,8 +71,7 @@ class Estimates:
     tokens_per_round: Rate = field(default_factory=Rate)  # tokens per round, verified or replayed (tau)
     shadow_ms: Rate = field(default_factory=Rate)  # the shadow draft's device ms per streamed token it ran over
     cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last (a stall out until caught up), per token
-    chain_valid: float | None = None  # share of sent-ahead blocks that were verified; None: none sent
-    ahead_sent: float = 0.0  # blocks sent ahead, recent ones weighing most (``Planner.record_ahead``)
+    ahead_sent: float = 0.0  # blocks sent ahead this segment, recent ones weighing most (``Forecast.ahead_share``)
     ahead_held: float = 0.0  # ...of which verified
     spec_bias: float = 1.0  # measured / predicted speculative round time, recent rounds
     acceptance: Acceptance = field(default_factory=Acceptance)  # per-position acceptance, rounds with k known

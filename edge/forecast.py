@@ -94,9 +94,7 @@ class Forecast:
             for k in range(1, self._max_k + 1):
                 verify, device = self.verify_ms(k), self.device_ms(k)  # (fresh_round_ms, each fitted once)
                 assert verify is not None
-                fresh = rtt + verify + device
-                held = max(verify + device, fresh / depth) if depth > 1 else fresh
-                out.append((fresh, held))
+                out.append(fresh_and_held(rtt, verify, device, depth))
             return out
         return self._cached("costs", compute)
 
@@ -330,10 +328,22 @@ class Forecast:
         if depth is None or rtt is None or forward is None:
             return True  # nothing measured: try it
         device = self.device_ms(self._max_k)
-        fresh = rtt + forward + device
-        held = max(forward + device, fresh / depth)
-        holds = self.AHEAD_PRIOR if self.est.chain_valid is None else self.est.chain_valid
-        return holds * (fresh - held) >= device
+        fresh, held = fresh_and_held(rtt, forward, device, depth)
+        return self.ahead_share() * (fresh - held) >= device
+
+    def ahead_share(self) -> float:
+        """The share of blocks sent ahead that held: recent ones weigh most (``AHEAD_DECAY``),
+        and a prior worth one block at ``AHEAD_PRIOR``, the share before any was sent (the
+        first discard is no verdict)."""
+        return (self.est.ahead_held + self.AHEAD_PRIOR) / (self.est.ahead_sent + 1.0)
+
+
+def fresh_and_held(rtt: float, verify: float, device: float, depth: int) -> tuple[float, float]:
+    """A fresh round (round trip + verify forward + device) and a round whose block was sent
+    ahead and held: verified right after its predecessor, but no more than ``depth`` blocks in
+    one round trip."""
+    fresh = rtt + verify + device
+    return fresh, max(verify + device, fresh / depth) if depth > 1 else fresh
 
 
 def tokens_and_holds(c: list[float], max_k: int) -> tuple[list[float], list[float]]:

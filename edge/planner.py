@@ -167,7 +167,7 @@ class Planner(Forecast):
         # them (depth 1) must not price the next segment, whose holds ahead(k) tells (on 4G an
         # easy text's stream priced speculation at depth 1, 11.5 ms/token against the stream's
         # 8.8, where blocks in flight ran it at 4.5); its own blocks sent ahead measure it anew.
-        self.est.chain_valid, self.est.ahead_sent, self.est.ahead_held = None, 0.0, 0.0
+        self.est.ahead_sent = self.est.ahead_held = 0.0
         if path is Path.SPECULATIVE:
             self.est.spec.samples.clear()
             self.est.round_ms.samples.clear()
@@ -236,7 +236,7 @@ class Planner(Forecast):
             bias = est.bias.trimmed  # (None only while it has no sample)
             if len(est.bias) >= 4 and bias is not None:
                 est.spec_bias = min(max(bias, 2 / 3), 1.5)
-        if est.chain_valid is not None and not self.ahead_pays():
+        if est.ahead_sent and not self.ahead_pays():
             # No block goes ahead at this rate, so nothing would update it: forget slowly, so
             # that send-ahead is tried again after a few dozen rounds.
             self._weigh_ahead(0.98, 0.0, 0.0)
@@ -256,11 +256,9 @@ class Planner(Forecast):
         self._weigh_ahead(self.AHEAD_DECAY, 1.0, 1.0 if valid else 0.0)
 
     def _weigh_ahead(self, decay: float, sent: float, held: float) -> None:
-        """The share of blocks sent ahead that held: recent ones weigh most, and the prior one
-        block (the first discard is no verdict)."""
+        """Blocks sent ahead and held, each count's past weighed by ``decay`` (``ahead_share``)."""
         est = self.est
         est.ahead_sent, est.ahead_held = decay * est.ahead_sent + sent, decay * est.ahead_held + held
-        est.chain_valid = (est.ahead_held + self.AHEAD_PRIOR) / (est.ahead_sent + 1.0)
         self._changed()
 
     def record_shadow(self, hits, k: int | None = None, *, draft_ms: float | None = None) -> None:

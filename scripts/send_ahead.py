@@ -8,7 +8,8 @@ runs four always-speculating arms with adaptive k, each on a client of its own (
 one short request), the arms rotated prompt by prompt: one block in flight, ``send_ahead="auto"``
 (the default) and fixed depths 2 and 4. Prints per arm ms/token, rounds, tau, mean k, the blocks
 sent ahead that were verified and discarded, and what its planner ended with: the depth "auto"
-would keep, the share of blocks sent ahead that held, and a fresh and a held round's predicted ms.
+would keep, the share of blocks sent ahead that held (- where none was sent), and a fresh and
+a held round's predicted ms.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def arm_line(name: str, results, client) -> str:
         k = planner.reachable_k()
         costs = planner._round_costs()
         if k is not None and costs is not None:
-            held = planner.est.chain_valid
-            line += (f"; auto's depth {planner.depth()}, held {'-' if held is None else f'{held:.2f}'}, "
+            held = f"{planner.ahead_share():.2f}" if planner.est.ahead_sent else "-"
+            line += (f"; auto's depth {planner.depth()}, held {held}, "
                      f"fresh / held round {costs[k - 1][0]:.1f} / {costs[k - 1][1]:.1f} ms")
     return line
 

@@ -170,7 +170,7 @@ def test_a_quarter_of_blocks_sent_ahead_holding_keeps_them_going_on_a_far_link()
         speculating(planner, rtt=rtt, forward=15.0, tokens=8, rounds=6, device=3.5, k=16)
         for held in [False, False, True, False] * 6:  # a quarter held, the first ones discarded
             planner.record_ahead(held)
-            assert planner.depth() > 1, (rtt, planner.est.chain_valid)
+            assert planner.depth() > 1, (rtt, planner.ahead_share())
     for _ in range(40):
         far.record_ahead(False)
     assert far.depth() == 1  # none held over a hard passage's forty rounds: no more sending ahead
