@@ -11,7 +11,7 @@
     edgespec bench spread --target DIR --draft DIR --prompts FILE --replicas 2 --sessions 16
     edgespec bench overhead --sessions 64 [--rounds 60]
     edgespec bench sampling --target DIR --draft DIR --prompts FILE --held-out FILE --temperatures 0.3,0.6,0.8,1.0,1.2
-    edgespec bench planner --target DIR --draft DIR --prompts FILE --link wifi,4g [--load 2] [--temperature 0.8]
+    edgespec bench planner --target DIR --draft DIR --prompts FILE --link wifi,4g [--load 2] [--temperature 0.8] [--control]
 
 Each mode takes only its own flags (``edgespec bench MODE --help``). The modes that can measure
 an existing deployment take --server HOST:PORT (its target must be the one --target names) with
@@ -186,6 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _max_new_tokens(planner, default=128)
     planner.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: sampled requests, with a k=4 arm")
     planner.add_argument("--load", type=int, default=0, help="busy processes loading the cores for the whole run (default 0)")
+    planner.add_argument("--control", action="store_true",
+                         help="add an A/A arm (the first always-speculating arm again, left out of the faster): this run's noise floor")
 
 
 def _register_connection(args: argparse.Namespace) -> None:
@@ -384,7 +386,8 @@ def _planner(args, prompts, out, progress) -> int:
     try:
         config = PlannerCheckConfig(
             target=args.target, draft=args.draft, prompts=prompts, profiles=tuple(args.links.split(",")),
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, load=args.load, server=args.server, seed=args.seed,
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, load=args.load, control=args.control,
+            server=args.server, seed=args.seed,
         )
     except ValueError as exc:
         print(f"edgespec bench planner: {exc}", file=sys.stderr)

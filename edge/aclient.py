@@ -25,7 +25,7 @@ from edgespec.edge.params import GenerationParams
 from edgespec.edge.planner import Planner
 from edgespec.edge.policies import path_mode
 from edgespec.edge.transport import Retries
-from edgespec.edge.types import Result, ServerInfo
+from edgespec.edge.types import ReplicaProbe, Result, ServerInfo
 from edgespec.edge.wire import server_info
 from edgespec.v1 import speculative_pb2 as pb
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
@@ -176,14 +176,14 @@ class AsyncEdgeClient:
 
     async def probe_rtt(self) -> float:
         """One Info round trip, in ms (the planner's view of the link while streaming cloud-only)."""
-        return (await self.probe())[0]
+        return (await self.probe()).rtt_ms
 
-    async def probe(self) -> tuple[float, float]:
-        """One Info round trip: its ms, and the replica's recent verify forward that Info reports
-        (0: none measured yet)."""
+    async def probe(self) -> ReplicaProbe:
+        """One Info round trip: its ms, and the replica's recent verify forward, decoding step and
+        stream rate that Info reports (0: not measured yet)."""
         started = self.clock()
         reply = await self._stub.Info(pb.InfoRequest(), timeout=self.timeout)
-        return (self.clock() - started) * 1000, reply.forward_ms
+        return ReplicaProbe((self.clock() - started) * 1000, reply.forward_ms, reply.decode_ms, reply.stream_ms)
 
     async def planner(self, params: GenerationParams) -> Planner:
         """The planner for this kind of request; a new one starts from the server's step times

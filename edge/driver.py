@@ -48,11 +48,12 @@ from edgespec.edge.sampling import PositionDraws
 from edgespec.edge.shadow import Shadow
 from edgespec.edge.stats import RequestStats
 from edgespec.edge.transport import ReplicaMoved, Retries, SessionStream, StreamEnded, Stub, generate_tokens
-from edgespec.edge.types import RoundRecord, ServerInfo
+from edgespec.edge.types import ReplicaProbe, RoundRecord, ServerInfo
 from edgespec.v1 import speculative_pb2 as pb
 
 RTT_PROBE_INTERVAL_S = 0.5  # while streaming cloud-only: how often the round trip is probed
 Clock = Callable[[], float]
+Probe = Callable[[], Awaitable[ReplicaProbe]]  # one Info round trip (``AsyncClient.probe``)
 
 
 class Generation:
@@ -61,7 +62,7 @@ class Generation:
     def __init__(self, stub: Stub, drafter: Drafter, draft_thread: Executor,
                  prompt_ids: list[int], params: GenerationParams, info: ServerInfo, *, timeout: float,
                  max_retries: int, planner: Planner | None = None,
-                 rtt_probe: Callable[[], Awaitable[tuple[float, float]]] | None = None, clock: Clock = time.perf_counter):
+                 rtt_probe: Probe | None = None, clock: Clock = time.perf_counter):
         params = served_mode(params, info.modes)  # an older server: exact instead of coupled
         if params.lookup == "only":
             drafter = LookupDraft(drafter)  # no draft model: every draft comes from the context
@@ -147,6 +148,8 @@ class Generation:
     async def _speculative_segment(self) -> AsyncIterator[list[int]]:
         session, planner = self.session, self.policies.planner
         stream = SessionStream(self.stub.Session(), self.timeout, self.stats)
+        auto = planner.mode == "auto"
+        probe = asyncio.create_task(self._probe(self.rtt_probe, streaming=False)) if auto and self.rtt_probe else None
         try:
             # Step 1: Open, and the first block right behind it.
             await stream.send(session.open())
@@ -179,6 +182,8 @@ class Generation:
                 if not session.valid_inflight and not await self._send_fresh(stream):
                     return  # no room left to draft: the cloud finishes alone
         finally:
+            if probe is not None:
+                probe.cancel()
             stream.cancel()
 
     async def _send(self, stream: SessionStream, block: Block) -> None:
@@ -236,7 +241,7 @@ class Generation:
     async def _cloud_segment(self) -> AsyncIterator[list[int]]:
         session, planner, stats = self.session, self.policies.planner, self.stats
         auto = planner.mode == "auto"
-        probe = asyncio.create_task(self._probe_rtt(self.rtt_probe)) if auto and self.rtt_probe else None
+        probe = asyncio.create_task(self._probe(self.rtt_probe, streaming=True)) if auto and self.rtt_probe else None
         shadow = self._shadow() if auto else None
         try:
             first_at, since_first, called = None, 0, self.clock()
@@ -279,17 +284,26 @@ class Generation:
                       sampling=settings.sampling, lookup_weight=settings.lookup_weight, draws=draws,
                       top_n=settings.top_n, clock=self.clock)
 
-    async def _probe_rtt(self, rtt_probe: Callable[[], Awaitable[tuple[float, float]]]) -> None:
-        # The first probe goes with the stream's start: a segment may be left only once it has
-        # one, and a first probe after the interval kept a stream from coming back for its
-        # first ~40 tokens on 5G, where the draft was predicted faster from its fifth. Each
-        # probe also brings the replica's own forward, which no round measures while streaming.
+    async def _probe(self, probe: Probe, *, streaming: bool) -> None:
+        """Info round trips beside a segment, for what no segment of the other path measures.
+
+        Beside a stream, from its start and every ``RTT_PROBE_INTERVAL_S``: the round trip (a
+        stream may be left only once it has one, and a first probe after the interval kept a
+        stream from coming back for its first ~40 tokens on 5G, where the draft was predicted
+        faster from its fifth), the replica's verify forward, and its stream figures. Beside a
+        speculative segment, once: the replica's stream figures, which move the price of the
+        stream this device measured earlier by as much as the replica's load has moved since
+        (rounds measure the round trip and the forward themselves)."""
         planner = self.policies.planner
         while True:
             try:
-                rtt_ms, forward_ms = await rtt_probe()
-                planner.record_rtt(rtt_ms)
-                planner.record_replica_forward(forward_ms)
-            except Exception:  # a failed probe says nothing about the stream; the stream reports its own errors
+                reply = await probe()
+                if streaming:
+                    planner.record_rtt(reply.rtt_ms)
+                    planner.record_replica_forward(reply.forward_ms)
+                planner.record_decode(reply.decode_ms, stream_ms=reply.stream_ms)
+            except Exception:  # a failed probe says nothing about the segment; the segment reports its own errors
                 pass
+            if not streaming:
+                return
             await asyncio.sleep(RTT_PROBE_INTERVAL_S)

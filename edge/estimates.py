@@ -77,3 +77,4 @@ class Estimates:
     acceptance: Acceptance = field(default_factory=Acceptance)  # per-position acceptance, rounds with k known
     decode_ms: float | None = None  # the replica's decoding step of Generate streams (Info)
     replica_stream_ms: float | None = None  # the replica's time per token of its Generate streams (Info)
+    stream_basis_ms: float | None = None  # the replica's stream figure when cloud_ms_per_token was measured

@@ -305,7 +305,8 @@ class Planner(Forecast):
     def record_decode(self, ms: float, *, stream_ms: float = 0.0) -> None:
         """The replica's decoding step and, from a server that tells it, its streams' time per
         token (the step plus the scheduling and sending around it): a stream's price until this
-        device has measured one of its own."""
+        device has measured one of its own, and after, how far the replica's load has moved it
+        (``Forecast.stream_ms_per_token``). Probed beside every segment."""
         if ms > 0:
             self.est.decode_ms = ms
         if stream_ms > 0:
@@ -335,6 +336,7 @@ class Planner(Forecast):
             if without > 0 and (tokens_since_first - at + tokens) * without < wait:  # not caught up yet
                 rate = without
         self.est.cloud_ms_per_token = rate
+        self.est.stream_basis_ms = self.replica_stream_figure()  # the replica's figure it was measured beside
 
     # ---- decisions ---------------------------------------------------------------------------
 

@@ -39,6 +39,17 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class ReplicaProbe:
+    """One Info round trip as the planner's probe sees it: its ms, and the replica's recent figures
+    that Info reports (0: not measured yet)."""
+
+    rtt_ms: float
+    forward_ms: float = 0.0  # verify forward + accept
+    decode_ms: float = 0.0  # a Generate stream's decoding step
+    stream_ms: float = 0.0  # a Generate stream's time per token, reply to reply
+
+
+@dataclass(frozen=True)
 class RoundRecord:
     """One verification round as the device saw it (for diagnosis and benchmarks)."""
 

@@ -11,6 +11,10 @@ with one short generation (``sampling.measure_arms``): its planner learns only f
 runs. ``load`` busy processes (one torch thread each, a matmul loop) can load the cores for the
 whole run, as a second benchmark on the same machine would. ``temperature`` > 0 measures
 sampled requests (exact mode's default, coupled) instead of greedy ones, with a k=4 arm beside.
+
+``control`` adds an A/A arm: the first always-speculating arm's settings again, on a client of its
+own, left out of "the faster". Its ratio to its twin is what one run's noise alone makes of two
+identical arms: a k=auto ratio that far from 1 says nothing about the planner.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ ALWAYS = {
     "always, adaptive k": dict(k="auto", speculate=True, send_ahead=1),
     "always, adaptive k + send-ahead": dict(k="auto", speculate=True, send_ahead="auto"),
 }
+CONTROL = "control: always, adaptive k again"
 
 
 @dataclass
@@ -41,6 +46,7 @@ class PlannerCheckConfig:
     max_new_tokens: int = 128
     temperature: float = 0.0
     load: int = 0  # busy processes loading the cores for the whole run
+    control: bool = False  # an A/A arm: the first always-speculating arm twice
     server: str | None = None
     seed: int = 0
     extra: dict = field(default_factory=dict)
@@ -92,6 +98,8 @@ def _arms(config: PlannerCheckConfig) -> tuple[dict[str, dict], dict]:
     arms = {"auto": dict(common)} | {name: dict(common, **params) for name, params in ALWAYS.items()}
     if config.temperature > 0:
         arms["k=4"] = dict(common, k=4, speculate=True)
+    if config.control:
+        arms[CONTROL] = dict(common, **next(iter(ALWAYS.values())))
     return arms, common
 
 
@@ -102,11 +110,16 @@ def profile_row(harness: Harness, config: PlannerCheckConfig, name: str, progres
     measured = measure_arms(harness, config.prompts, arms, cloud_params, progress, name)
     rows = {arm["label"]: arm for arm in measured["arms"]}
     cloud = measured["cloud_only"]["ms_per_token"]
-    always = {label: rows[label]["speculative"]["ms_per_token"] for label in rows if label != "auto"}
+    always = {label: rows[label]["speculative"]["ms_per_token"] for label in rows if label not in ("auto", CONTROL)}
     best_label = min(always, key=lambda label: always[label])
     auto = rows["auto"]["speculative"]["ms_per_token"]
     best = min(cloud, always[best_label])
-    return {
+    control = {}
+    if CONTROL in rows:
+        twin = always[next(iter(ALWAYS))]
+        control_ms = rows[CONTROL]["speculative"]["ms_per_token"]
+        control = {"control_ms": control_ms, "a_over_a": twin / control_ms if control_ms else 0.0}
+    return control | {
         "profile": name,
         "cloud_only_ms": cloud,
         "auto_ms": auto,
@@ -132,14 +145,16 @@ def run_planner_check(config: PlannerCheckConfig, progress: Callable[[str], None
                 progress("  " + row_line(rows[-1]))
         harness.use_link(None)
     settings = {"target": str(config.target), "draft": str(config.draft), "prompts": len(config.prompts),
-                "max_new_tokens": config.max_new_tokens, "temperature": config.temperature, "load": config.load}
+                "max_new_tokens": config.max_new_tokens, "temperature": config.temperature, "load": config.load,
+                "control": config.control}
     return {"config": settings, "profiles": rows}
 
 
 def row_line(row: dict) -> str:
     return (f"{row['profile']}: cloud-only {row['cloud_only_ms']:.1f}, best always-speculating {row['always_ms'][row['best_always']]:.1f} "
             f"({row['best_always']}), k=auto {row['auto_ms']:.1f} ms/token: {row['auto_over_best']:.2f}x the faster, "
-            f"{row['auto_over_cloud']:.2f}x cloud-only, {row['auto_cloud_only_share']:.0%} of its tokens cloud-only")
+            f"{row['auto_over_cloud']:.2f}x cloud-only, {row['auto_cloud_only_share']:.0%} of its tokens cloud-only"
+            + (f"; A/A {row['a_over_a']:.2f}" if "a_over_a" in row else ""))
 
 
 def markdown(report: dict) -> str:
@@ -150,13 +165,19 @@ def markdown(report: dict) -> str:
         f"Target `{c['target']}`, draft `{c['draft']}`, {c['prompts']} prompts of {c['max_new_tokens']} tokens, {kind}; "
         + (f"the cores loaded by {c['load']} busy process(es)" if c["load"] else "no added load")
         + ". Arms rotated prompt by prompt, a client each (`edgespec bench planner`).", "",
-        "| link | cloud-only ms/token | best always-speculating ms/token | k=auto ms/token | **k=auto / faster** | k=auto / cloud-only | k=auto tokens cloud-only |",
-        "|---|---|---|---|---|---|---|",
     ]
+    control = bool(c.get("control"))
+    head = "| link | cloud-only ms/token | best always-speculating ms/token | k=auto ms/token | **k=auto / faster** | k=auto / cloud-only | k=auto tokens cloud-only |"
+    lines += [head + (" A/A |" if control else ""), "|---|---|---|---|---|---|---|" + ("---|" if control else "")]
     for row in report["profiles"]:
         lines.append(f"| {row['profile']} | {row['cloud_only_ms']:.1f} | {row['always_ms'][row['best_always']]:.1f} ({row['best_always']}) | "
-                     f"{row['auto_ms']:.1f} | **{row['auto_over_best']:.2f}x** | {row['auto_over_cloud']:.2f}x | {row['auto_cloud_only_share']:.0%} |")
-    lines += ["", "Per prompt, ms/token (cloud-only / each always-speculating arm / k=auto):", ""]
+                     f"{row['auto_ms']:.1f} | **{row['auto_over_best']:.2f}x** | {row['auto_over_cloud']:.2f}x | {row['auto_cloud_only_share']:.0%} |"
+                     + (f" {row['a_over_a']:.2f} |" if control else ""))
+    if control:
+        lines += ["", f"A/A: `{next(iter(ALWAYS))}` over its twin `{CONTROL}` (same settings, a client each). "
+                  "Its distance from 1 is this run's noise: a k=auto ratio no farther from its goal says nothing."]
+    order = [arm["label"] for arm in report["profiles"][0]["arms"] if arm["label"] != "auto"] if report["profiles"] else []
+    lines += ["", f"Per prompt, ms/token (cloud-only / {' / '.join(order)} / k=auto):", ""]
     for row in report["profiles"]:
         arms = {arm["label"]: arm["ms_per_token_by_prompt"] for arm in row["arms"]}
         always = [label for label in arms if label != "auto"]

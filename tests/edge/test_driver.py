@@ -80,36 +80,60 @@ def test_cloud_only_is_one_path_of_the_same_loop(verifier):
     assert gen.segments == [("cloud_only", scenario.max_new_tokens)] and gen.stats.resumes == 1
 
 
-def test_a_stream_probes_the_round_trip_at_its_start(monkeypatch):
-    """A cloud-only segment may be left only once it has a probe: the first goes with the stream,
-    not an interval later (a 5G stream could not come back for its first ~40 tokens)."""
+class _ProbedPlanner:
+    """What a probe records, in order (a stand-in for the planner's record_* methods)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def record_rtt(self, ms: float) -> None:
+        self.calls.append(("rtt", ms))
+
+    def record_replica_forward(self, ms: float) -> None:
+        self.calls.append(("forward", ms))
+
+    def record_decode(self, ms: float, *, stream_ms: float = 0.0) -> None:
+        self.calls.append(("decode", ms, stream_ms))
+
+
+def _probe_once(streaming: bool, monkeypatch) -> list[tuple]:
     from edgespec.edge import driver
+    from edgespec.edge.types import ReplicaProbe
 
     monkeypatch.setattr(driver, "RTT_PROBE_INTERVAL_S", 3600.0)
-    measured: list[float] = []
-    forwards: list[float] = []
+    planner = _ProbedPlanner()
+    probes: list[float] = []
+
+    async def probe() -> ReplicaProbe:
+        probes.append(1.0)
+        return ReplicaProbe(42.0, 15.0, 9.0, 11.5)
 
     async def go() -> None:
-        probed = asyncio.Event()
-
-        def record_rtt(ms: float) -> None:
-            measured.append(ms)
-
-        def record_replica_forward(ms: float) -> None:
-            forwards.append(ms)
-            probed.set()
-
-        async def probe() -> tuple[float, float]:
-            return 42.0, 15.0
-
-        planner = SimpleNamespace(record_rtt=record_rtt, record_replica_forward=record_replica_forward)
         owner = SimpleNamespace(policies=SimpleNamespace(planner=planner))
-        task = asyncio.create_task(Generation._probe_rtt(owner, probe))  # type: ignore[arg-type]
+        task = asyncio.create_task(Generation._probe(owner, probe, streaming=streaming))  # type: ignore[arg-type]
         try:
-            await asyncio.wait_for(probed.wait(), 10)
+            while len(planner.calls) < (3 if streaming else 1):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # a probe that loops would not have slept an hour yet: none more
+            assert task.done() is not streaming  # beside rounds it returns; beside a stream it sleeps on
         finally:
             task.cancel()
 
-    asyncio.run(go())
-    assert measured == [42.0]
-    assert forwards == [15.0]  # the replica's forward, which no round measures while streaming
+    asyncio.run(asyncio.wait_for(go(), 10))
+    assert len(probes) == 1
+    return planner.calls
+
+
+def test_a_stream_probes_the_round_trip_at_its_start(monkeypatch):
+    """A cloud-only segment may be left only once it has a probe: the first goes with the stream,
+    not an interval later (a 5G stream could not come back for its first ~40 tokens). It brings the
+    replica's forward, which no round measures while streaming, and its stream figures."""
+    calls = _probe_once(True, monkeypatch)
+    assert calls == [("rtt", 42.0), ("forward", 15.0), ("decode", 9.0, 11.5)]
+
+
+def test_a_speculative_segment_probes_the_replica_once_for_its_stream_figures(monkeypatch):
+    """Beside rounds, which measure the round trip and the forward themselves, one probe tells the
+    replica's current stream figures: what moves the price of a stream measured on another load."""
+    calls = _probe_once(False, monkeypatch)
+    assert calls == [("decode", 9.0, 11.5)]

@@ -509,3 +509,29 @@ def test_one_slow_forward_does_not_price_speculation_out_for_good():
     for _ in range(4):  # two seconds of a stream's probes
         planner.record_replica_forward(15.0)
     assert planner.first_path(128) is Path.SPECULATIVE, planner.switch_log
+
+
+def test_a_stream_measured_on_a_busy_replica_does_not_price_every_later_request():
+    """bench planner on 4G: the first text's stream, on a replica busy with other arms, measured
+    20.6 ms/token, and k=auto priced cloud-only at that for the next five texts while their streams
+    took 12.4-16.2: it kept speculating at 17-26 ms/token. The measured rate moves with the
+    replica's own stream figure (probed beside every segment), by as much as that figure moved."""
+    planner = Planner()
+    planner.record_rtt(63.0)
+    planner.record_forward(15.0)
+    planner.record_decode(18.0, stream_ms=20.0)  # the replica busy
+    planner.begin(planner.first_path(128))
+    speculating(planner, rtt=63.0, forward=15.0, tokens=5, rounds=8, k=8)  # 16 ms/token
+    planner.begin(Path.CLOUD_ONLY)
+    planner.record_cloud_rate(20.6 * 25, 25, messages=25)
+    assert planner.stream_ms_per_token() == pytest.approx(20.6)
+    assert planner.first_path(128) is Path.SPECULATIVE  # 16 against 20.6: right while the replica is busy
+    planner.record_decode(9.0, stream_ms=10.0)  # ...and idle again
+    assert planner.stream_ms_per_token() == pytest.approx(10.6)  # the link's 0.6 ms/token over the replica's stays
+    assert planner.first_path(128) is Path.CLOUD_ONLY
+    planner.record_decode(18.0, stream_ms=20.0)
+    assert planner.first_path(128) is Path.SPECULATIVE
+    planner.record_decode(2.0, stream_ms=3.0)  # a replica figure far below the basis: never under its decoding step
+    assert planner.stream_ms_per_token() == pytest.approx(3.6)
+    planner.record_cloud_rate(4.0 * 30, 30, messages=30)  # a new stream measures beside the new figure
+    assert planner.stream_ms_per_token() == pytest.approx(4.0)
