@@ -14,13 +14,16 @@ sampled requests (exact mode's default, coupled) instead of greedy ones, with a 
 
 ``control`` adds an A/A arm: the first always-speculating arm's settings again, on a client of its
 own, left out of "the faster". Its ratio to its twin is what one run's noise alone makes of two
-identical arms: a k=auto ratio that far from 1 says nothing about the planner.
+identical arms: a k=auto ratio that far from 1 says nothing about the planner. Each ratio also
+gets an interval over the prompts (``paired_interval``: the prompts resampled, every arm's run of
+a prompt kept together), which one slow prompt of one arm widens.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,6 +38,7 @@ ALWAYS = {
     "always, adaptive k + send-ahead": dict(k="auto", speculate=True, send_ahead="auto"),
 }
 CONTROL = "control: always, adaptive k again"
+RESAMPLES = 2000  # bootstrap resamples of the prompts (``paired_interval``)
 
 
 @dataclass
@@ -58,6 +62,27 @@ class PlannerCheckConfig:
             raise ValueError("load and temperature must be >= 0 and max_new_tokens >= 8")
         for name in self.profiles:
             get_profile(name)  # a ValueError naming the profiles for an unknown one
+
+
+def paired_interval(numerator: list[float], denominators: list[list[float]], *, level: float = 0.9,
+                    seed: int = 0) -> tuple[float, float]:
+    """A bootstrap interval of min(mean of each denominator) / mean(numerator) over prompts: the
+    prompts are resampled with replacement, each keeping every arm's run of it (the arms ran the
+    same texts on the same link draws), so what moves the ratio is which texts and which stalls
+    a run happened to get. Per-prompt ms/token weigh equally (every prompt runs the same
+    max_new_tokens). ``level``: the interval's coverage; (0, 0) without prompts."""
+    n = len(numerator)
+    if n == 0 or any(len(d) != n for d in denominators):
+        return 0.0, 0.0
+    rng, ratios = random.Random(seed), []
+    for _ in range(RESAMPLES):
+        picks = [rng.randrange(n) for _ in range(n)]
+        top = min(sum(d[i] for i in picks) for d in denominators)
+        bottom = sum(numerator[i] for i in picks)
+        ratios.append(top / bottom if bottom else 0.0)
+    ratios.sort()
+    tail = (1.0 - level) / 2
+    return ratios[int(tail * RESAMPLES)], ratios[min(int((1.0 - tail) * RESAMPLES), RESAMPLES - 1)]
 
 
 def _busy(stop) -> None:
@@ -114,11 +139,14 @@ def profile_row(harness: Harness, config: PlannerCheckConfig, name: str, progres
     best_label = min(always, key=lambda label: always[label])
     auto = rows["auto"]["speculative"]["ms_per_token"]
     best = min(cloud, always[best_label])
+    by_prompt = {label: rows[label]["ms_per_token_by_prompt"] for label in rows}
+    faster = [measured["cloud_only_by_prompt"]] + [by_prompt[label] for label in always]
     control = {}
     if CONTROL in rows:
         twin = always[next(iter(ALWAYS))]
         control_ms = rows[CONTROL]["speculative"]["ms_per_token"]
-        control = {"control_ms": control_ms, "a_over_a": twin / control_ms if control_ms else 0.0}
+        control = {"control_ms": control_ms, "a_over_a": twin / control_ms if control_ms else 0.0,
+                   "a_over_a_interval": paired_interval(by_prompt[CONTROL], [by_prompt[next(iter(ALWAYS))]])}
     return control | {
         "profile": name,
         "cloud_only_ms": cloud,
@@ -126,6 +154,7 @@ def profile_row(harness: Harness, config: PlannerCheckConfig, name: str, progres
         "always_ms": always,
         "best_always": best_label,
         "auto_over_best": best / auto if auto else 0.0,
+        "auto_over_best_interval": paired_interval(by_prompt["auto"], faster),
         "auto_over_cloud": cloud / auto if auto else 0.0,
         "auto_cloud_only_share": rows["auto"]["cloud_only_share"],
         "cloud_only_ms_by_prompt": measured["cloud_only_by_prompt"],
@@ -152,9 +181,14 @@ def run_planner_check(config: PlannerCheckConfig, progress: Callable[[str], None
 
 def row_line(row: dict) -> str:
     return (f"{row['profile']}: cloud-only {row['cloud_only_ms']:.1f}, best always-speculating {row['always_ms'][row['best_always']]:.1f} "
-            f"({row['best_always']}), k=auto {row['auto_ms']:.1f} ms/token: {row['auto_over_best']:.2f}x the faster, "
+            f"({row['best_always']}), k=auto {row['auto_ms']:.1f} ms/token: {row['auto_over_best']:.2f}x the faster "
+            f"({_interval(row['auto_over_best_interval'])} over prompts), "
             f"{row['auto_over_cloud']:.2f}x cloud-only, {row['auto_cloud_only_share']:.0%} of its tokens cloud-only"
-            + (f"; A/A {row['a_over_a']:.2f}" if "a_over_a" in row else ""))
+            + (f"; A/A {row['a_over_a']:.2f} ({_interval(row['a_over_a_interval'])})" if "a_over_a" in row else ""))
+
+
+def _interval(bounds) -> str:
+    return f"{bounds[0]:.2f}-{bounds[1]:.2f}"
 
 
 def markdown(report: dict) -> str:
@@ -167,14 +201,18 @@ def markdown(report: dict) -> str:
         + ". Arms rotated prompt by prompt, a client each (`edgespec bench planner`).", "",
     ]
     control = bool(c.get("control"))
-    head = "| link | cloud-only ms/token | best always-speculating ms/token | k=auto ms/token | **k=auto / faster** | k=auto / cloud-only | k=auto tokens cloud-only |"
-    lines += [head + (" A/A |" if control else ""), "|---|---|---|---|---|---|---|" + ("---|" if control else "")]
+    head = ("| link | cloud-only ms/token | best always-speculating ms/token | k=auto ms/token | **k=auto / faster** | "
+            "90% over prompts | k=auto / cloud-only | k=auto tokens cloud-only |")
+    lines += [head + (" A/A (90% over prompts) |" if control else ""), "|---|---|---|---|---|---|---|---|" + ("---|" if control else "")]
     for row in report["profiles"]:
         lines.append(f"| {row['profile']} | {row['cloud_only_ms']:.1f} | {row['always_ms'][row['best_always']]:.1f} ({row['best_always']}) | "
-                     f"{row['auto_ms']:.1f} | **{row['auto_over_best']:.2f}x** | {row['auto_over_cloud']:.2f}x | {row['auto_cloud_only_share']:.0%} |"
-                     + (f" {row['a_over_a']:.2f} |" if control else ""))
+                     f"{row['auto_ms']:.1f} | **{row['auto_over_best']:.2f}x** | {_interval(row['auto_over_best_interval'])} | "
+                     f"{row['auto_over_cloud']:.2f}x | {row['auto_cloud_only_share']:.0%} |"
+                     + (f" {row['a_over_a']:.2f} ({_interval(row['a_over_a_interval'])}) |" if control else ""))
+    lines += ["", "90% over prompts: the ratio's bootstrap interval, the prompts resampled with every arm's run of "
+              "each kept together (one slow prompt of one arm widens it)."]
     if control:
-        lines += ["", f"A/A: `{next(iter(ALWAYS))}` over its twin `{CONTROL}` (same settings, a client each). "
+        lines += [f"A/A: `{next(iter(ALWAYS))}` over its twin `{CONTROL}` (same settings, a client each). "
                   "Its distance from 1 is this run's noise: a k=auto ratio no farther from its goal says nothing."]
     order = [arm["label"] for arm in report["profiles"][0]["arms"] if arm["label"] != "auto"] if report["profiles"] else []
     lines += ["", f"Per prompt, ms/token (cloud-only / {' / '.join(order)} / k=auto):", ""]

@@ -192,9 +192,24 @@ def test_planner_check_control_arm_is_a_twin_left_out_of_the_faster(monkeypatch)
     assert row["best_always"] == first and CONTROL not in row["always_ms"]
     assert row["auto_over_best"] == pytest.approx(5.0 / 6.0)
     assert row["a_over_a"] == pytest.approx(5.0 / 4.0) and row["control_ms"] == 4.0
-    assert row_line(row).endswith("A/A 1.25")
+    assert row["auto_over_best_interval"] == pytest.approx((5.0 / 6.0, 5.0 / 6.0))  # every prompt alike: no spread
+    assert row_line(row).endswith("A/A 1.25 (1.25-1.25)")
     text = markdown({"config": {"target": "t", "draft": "d", "prompts": 2, "max_new_tokens": 128, "temperature": 0.0,
                                 "load": 0, "control": True}, "profiles": [row]})
-    assert "| **0.83x** | 1.50x | 0% | 1.25 |" in text and f"/ {CONTROL} / k=auto" in text
+    assert "| **0.83x** | 0.83-0.83 | 1.50x | 0% | 1.25 (1.25-1.25) |" in text and f"/ {CONTROL} / k=auto" in text
     config.control = False
     assert CONTROL not in planner_check._arms(config)[0]
+
+
+def test_paired_interval_resamples_prompts_with_their_arms_together():
+    """k=auto over the faster arm, resampled by prompt: one prompt where k=auto stalled widens the
+    interval below the point figure; arms that differ by the same share on every prompt give none."""
+    from edgespec.cloud.bench.planner_check import paired_interval
+
+    steady = paired_interval([2.0, 4.0, 6.0, 8.0], [[1.0, 2.0, 3.0, 4.0], [1.5, 3.0, 4.5, 6.0]])
+    assert steady == pytest.approx((0.5, 0.5))  # the texts differ, the ratio on each does not
+    auto, faster = [2.0, 2.0, 2.0, 2.0, 2.0, 6.0], [2.0] * 6  # one slow prompt: 0.75 over all six
+    low, high = paired_interval(auto, [faster])
+    assert low < 0.75 < high and high == pytest.approx(1.0)  # resamples without the stall reach 1
+    assert paired_interval(auto, [faster]) == (low, high)  # seeded: the same prompts, the same interval
+    assert paired_interval([], [[]]) == (0.0, 0.0) and paired_interval([1.0], [[1.0, 2.0]]) == (0.0, 0.0)
