@@ -306,3 +306,28 @@ def test_an_easy_text_after_hard_ones_returns_on_its_own_rounds(monkeypatch):
     monkeypatch.setattr(Planner, "text_chance_to_win", lambda self: 0.0)  # the last rounds alone
     pooled, _ = easy_text()
     assert pooled.segments == [("cloud_only", 128)], pooled.switches
+
+
+def test_a_text_that_starts_streaming_after_hard_ones_is_judged_on_its_own_first_tokens(monkeypatch):
+    """bench planner on 5G (run 83, a host streaming at 7-8 ms/token): after three hard texts the
+    draft was unpromising, exploring cost too much, and four texts started streaming. The shadow,
+    at its share's looks (16 tokens in 256 while unpromising), never rested on enough of a text's
+    own drafts: two easy ones streamed to their end at 7.1 and 6.8 ms/token where the always-
+    speculating arms ran them at 2.1-5.5. Watching a new text's first ``TEXT_LOOK`` tokens whole,
+    an easy text after hard ones comes back within the request."""
+    def texts(seed: int):
+        easy, hard = bernoulli_hits(0.95, seed), bernoulli_hits(0.3, seed + 100)
+        return lambda position: hard(position) if 128 <= position < 512 else easy(position)
+
+    def fifth_text(seed: int):
+        w = world(LINKS["5g"], texts(seed), forward_ms=6.0, forward_per_draft_ms=0.5, decode_ms=6.5, draft_ms=0.4)
+        sim = Sim(w)
+        return [sim.generate(128) for _ in range(5)][4], cloud_only_ms(w, 128, 512)
+
+    runs = [fifth_text(seed) for seed in range(4)]
+    assert all(run.segments[0][0] == "cloud_only" for run, _ in runs)  # the last texts said so
+    back = [run.first_switch_after(0, "speculative") for run, _ in runs]
+    assert sum(1 for at in back if at is not None and at <= 64) >= 3, [run.switches for run, _ in runs]
+    assert sum(run.ms for run, _ in runs) < 0.9 * sum(cloud for _, cloud in runs)
+    monkeypatch.setattr(Planner, "TEXT_LOOK", 0)  # at the share's looks alone: every text streams to its end
+    assert all(fifth_text(seed)[0].segments == [("cloud_only", 128)] for seed in range(4))
