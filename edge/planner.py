@@ -87,7 +87,9 @@ over looks of ``SHADOW_LOOK`` tokens spaced to keep that share; once the draft c
 (``REST_CHANCE``, on ``REST_DRAFTS`` observed: two rejections are no verdict), unless watching
 every token costs under ``REST_COST`` of the stream (a hard passage ends), over at most 1/8
 of the stream (``SHADOW_LOOK`` of every ``SHADOW_PERIOD``, each look first catching the draft
-up on what the rest skipped in one batched forward, costed as ``SHADOW_CONTEXT`` tokens).
+up on what the rest skipped in one batched forward, costed as ``SHADOW_CONTEXT`` tokens). A
+request that starts streaming while a new text may suit the draft watches its first
+``TEXT_LOOK`` tokens whole first (``first_path``): its own chance needs that many drafts.
 
 Every decision is logged (``switch_log``: the request's start and each switch, with the two
 predictions that made it). The planner reads no clock: all time is what the driver measured.
