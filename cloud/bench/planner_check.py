@@ -37,6 +37,7 @@ ALWAYS = {
     "always, adaptive k": dict(k="auto", speculate=True, send_ahead=1),
     "always, adaptive k + send-ahead": dict(k="auto", speculate=True, send_ahead="auto"),
 }
+TWIN = next(iter(ALWAYS))  # the arm the A/A arm repeats
 CONTROL = "control: always, adaptive k again"
 RESAMPLES = 2000  # bootstrap resamples of the prompts (``paired_interval``)
 
@@ -124,7 +125,7 @@ def _arms(config: PlannerCheckConfig) -> tuple[dict[str, dict], dict]:
     if config.temperature > 0:
         arms["k=4"] = dict(common, k=4, speculate=True)
     if config.control:
-        arms[CONTROL] = dict(common, **next(iter(ALWAYS.values())))
+        arms[CONTROL] = dict(common, **ALWAYS[TWIN])
     return arms, common
 
 
@@ -143,10 +144,9 @@ def profile_row(harness: Harness, config: PlannerCheckConfig, name: str, progres
     faster = [measured["cloud_only_by_prompt"]] + [by_prompt[label] for label in always]
     control = {}
     if CONTROL in rows:
-        twin = always[next(iter(ALWAYS))]
         control_ms = rows[CONTROL]["speculative"]["ms_per_token"]
-        control = {"control_ms": control_ms, "a_over_a": twin / control_ms if control_ms else 0.0,
-                   "a_over_a_interval": paired_interval(by_prompt[CONTROL], [by_prompt[next(iter(ALWAYS))]])}
+        control = {"control_ms": control_ms, "a_over_a": always[TWIN] / control_ms if control_ms else 0.0,
+                   "a_over_a_interval": paired_interval(by_prompt[CONTROL], [by_prompt[TWIN]])}
     return control | {
         "profile": name,
         "cloud_only_ms": cloud,
@@ -212,7 +212,7 @@ def markdown(report: dict) -> str:
     lines += ["", "90% over prompts: the ratio's bootstrap interval, the prompts resampled with every arm's run of "
               "each kept together (one slow prompt of one arm widens it)."]
     if control:
-        lines += [f"A/A: `{next(iter(ALWAYS))}` over its twin `{CONTROL}` (same settings, a client each). "
+        lines += [f"A/A: `{TWIN}` over its twin `{CONTROL}` (same settings, a client each). "
                   "Its distance from 1 is this run's noise: a k=auto ratio no farther from its goal says nothing."]
     order = [arm["label"] for arm in report["profiles"][0]["arms"] if arm["label"] != "auto"] if report["profiles"] else []
     lines += ["", f"Per prompt, ms/token (cloud-only / {' / '.join(order)} / k=auto):", ""]
