@@ -187,7 +187,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     planner.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: sampled requests, with a k=4 arm")
     planner.add_argument("--load", type=int, default=0, help="busy processes loading the cores for the whole run (default 0)")
     planner.add_argument("--control", action="store_true",
-                         help="add an A/A arm (the first always-speculating arm again, left out of the faster): this run's noise floor")
+                         help="add an A/A arm (the send-ahead arm again, scored as k=auto is but left out of the faster): this run's noise floor")
 
 
 def _register_connection(args: argparse.Namespace) -> None:

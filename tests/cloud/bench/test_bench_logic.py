@@ -168,18 +168,19 @@ def test_chat_records_are_rendered_with_the_drafts_chat_template(tmp_path):
 
 
 def test_planner_check_control_arm_is_a_twin_left_out_of_the_faster(monkeypatch):
-    """--control adds the first always-speculating arm again; it prices the A/A ratio and can never be
-    'the faster' path, even when noise makes it the fastest arm of the run."""
+    """--control adds the send-ahead arm again; it prices the A/A ratio and is scored against the
+    faster as k=auto is, but can never be 'the faster' path, even when noise makes it the fastest."""
     from types import SimpleNamespace
 
     from edgespec.cloud.bench import planner_check
-    from edgespec.cloud.bench.planner_check import ALWAYS, CONTROL, PlannerCheckConfig, markdown, row_line
+    from edgespec.cloud.bench.planner_check import ALWAYS, CONTROL, TWIN, PlannerCheckConfig, markdown, row_line
 
     config = PlannerCheckConfig(target="t", draft="d", prompts=["a", "b"], profiles=("wifi",), control=True)
     arms, _ = planner_check._arms(config)
-    first = next(iter(ALWAYS))
-    assert arms[CONTROL] == arms[first] and list(arms)[-1] == CONTROL
-    ms = {"auto": 6.0, first: 5.0, "always, adaptive k + send-ahead": 5.5, CONTROL: 4.0}  # the twin is the fastest
+    assert TWIN in ALWAYS and ALWAYS[TWIN]["send_ahead"] == "auto"
+    assert arms[CONTROL] == arms[TWIN] and list(arms)[-1] == CONTROL
+    other = next(label for label in ALWAYS if label != TWIN)
+    ms = {"auto": 6.0, other: 5.0, TWIN: 5.5, CONTROL: 4.0}  # the twin's twin is the fastest arm of the run
 
     def measure(harness, prompts, arms, cloud_params, progress, label):
         rows = [{"label": name, "speculative": {"ms_per_token": ms[name]}, "cloud_only_share": 0.0,
@@ -189,14 +190,16 @@ def test_planner_check_control_arm_is_a_twin_left_out_of_the_faster(monkeypatch)
     monkeypatch.setattr(planner_check, "measure_arms", measure)
     harness = SimpleNamespace(use_link=lambda profile: None)
     row = planner_check.profile_row(harness, config, "wifi", lambda _: None)
-    assert row["best_always"] == first and CONTROL not in row["always_ms"]
+    assert row["best_always"] == other and CONTROL not in row["always_ms"]
     assert row["auto_over_best"] == pytest.approx(5.0 / 6.0)
-    assert row["a_over_a"] == pytest.approx(5.0 / 4.0) and row["control_ms"] == 4.0
+    assert row["a_over_a"] == pytest.approx(5.5 / 4.0) and row["control_ms"] == 4.0
+    assert row["control_over_best"] == pytest.approx(5.0 / 4.0)  # scored against the faster without it
     assert row["auto_over_best_interval"] == pytest.approx((5.0 / 6.0, 5.0 / 6.0))  # every prompt alike: no spread
-    assert row_line(row).endswith("A/A 1.25 (1.25-1.25)")
+    assert row["control_over_best_interval"] == pytest.approx((1.25, 1.25))
+    assert row_line(row).endswith("A/A 1.38 (1.38-1.38), the control over the faster 1.25 (1.25-1.25)")
     text = markdown({"config": {"target": "t", "draft": "d", "prompts": 2, "max_new_tokens": 128, "temperature": 0.0,
                                 "load": 0, "control": True}, "profiles": [row]})
-    assert "| **0.83x** | 0.83-0.83 | 1.50x | 0% | 1.25 (1.25-1.25) |" in text and f"/ {CONTROL} / k=auto" in text
+    assert "| **0.83x** | 0.83-0.83 | 1.50x | 0% | 1.38 (1.38-1.38) | 1.25 (1.25-1.25) |" in text and f"/ {CONTROL} / k=auto" in text
     config.control = False
     assert CONTROL not in planner_check._arms(config)[0]
 
