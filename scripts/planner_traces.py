@@ -108,10 +108,15 @@ def replay(hits: list[list[bool]], rtt: float, orders: int, verbose: bool = Fals
     return auto, cloud, spec, best, switches
 
 
-def by_position(hits: list[list[bool]], edges=(0, 8, 16, 32, 64, 128)) -> list[tuple[int, int, float]]:
+def by_position(hits: list[list[bool]], edges: tuple[int, ...] | None = None) -> list[tuple[int, int, float]]:
     """The share of tokens the draft guesses, per span of positions in the reply (pooled over the
     texts that reach each span): a reply's first tokens are the draft's hardest (the demo pair:
-    0.68 over tokens 0-7, 0.97 over 64-127), so a text's first rounds understate its rest."""
+    0.68 over tokens 0-7, 0.97 over 64-127), so a text's first rounds understate its rest.
+    ``edges``: the spans' bounds; by default 0, 8, then doubling past the longest reply."""
+    if edges is None:
+        edges = (0, 8)
+        while edges[-1] < max(map(len, hits), default=0):
+            edges += (2 * edges[-1],)
     spans = []
     for lo, hi in zip(edges, edges[1:]):
         cells = [hit for text in hits for hit in text[lo:hi]]

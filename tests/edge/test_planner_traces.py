@@ -23,3 +23,8 @@ def test_hits_by_position_pool_the_texts_that_reach_each_span(traces):
     short = [True] * 4 + [False] * 4  # an 8-token reply reaches the first span only
     spans = traces.by_position([hard_start, short], edges=(0, 8, 16, 32))
     assert spans == [(0, 8, 0.25), (8, 16, 1.0)]  # no span past the longest reply
+
+
+def test_hits_by_position_cover_every_reply_by_default(traces):
+    long = [True] * 8 + [False] * 292  # past the demo's 128 tokens
+    assert traces.by_position([long])[-1] == (256, 512, 0.0)
