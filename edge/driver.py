@@ -148,8 +148,7 @@ class Generation:
     async def _speculative_segment(self) -> AsyncIterator[list[int]]:
         session, planner = self.session, self.policies.planner
         stream = SessionStream(self.stub.Session(), self.timeout, self.stats)
-        auto = planner.mode == "auto"
-        probe = asyncio.create_task(self._probe(self.rtt_probe, streaming=False)) if auto and self.rtt_probe else None
+        probe = self._probe_task(streaming=False)
         try:
             # Step 1: Open, and the first block right behind it.
             await stream.send(session.open())
@@ -240,9 +239,8 @@ class Generation:
 
     async def _cloud_segment(self) -> AsyncIterator[list[int]]:
         session, planner, stats = self.session, self.policies.planner, self.stats
-        auto = planner.mode == "auto"
-        probe = asyncio.create_task(self._probe(self.rtt_probe, streaming=True)) if auto and self.rtt_probe else None
-        shadow = self._shadow() if auto else None
+        probe = self._probe_task(streaming=True)
+        shadow = self._shadow() if planner.mode == "auto" else None
         try:
             first_at, since_first, called = None, 0, self.clock()
             last_at, messages, slowest = called, 0, (0.0, 0, 0)  # the slowest message: wait ms, tokens, tokens by then
@@ -283,6 +281,13 @@ class Generation:
                       block_k=lambda: self.policies.block_k(max_k), lookup=settings.lookup,
                       sampling=settings.sampling, lookup_weight=settings.lookup_weight, draws=draws,
                       top_n=settings.top_n, clock=self.clock)
+
+    def _probe_task(self, *, streaming: bool) -> asyncio.Task | None:
+        """``_probe`` beside a segment, where the planner chooses the path (k=auto) and a probe
+        was given; the segment cancels it when it ends."""
+        if self.policies.planner.mode != "auto" or self.rtt_probe is None:
+            return None
+        return asyncio.create_task(self._probe(self.rtt_probe, streaming=streaming))
 
     async def _probe(self, probe: Probe, *, streaming: bool) -> None:
         """Info round trips beside a segment, for what no segment of the other path measures.

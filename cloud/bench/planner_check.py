@@ -12,9 +12,10 @@ runs. ``load`` busy processes (one torch thread each, a matmul loop) can load th
 whole run, as a second benchmark on the same machine would. ``temperature`` > 0 measures
 sampled requests (exact mode's default, coupled) instead of greedy ones, with a k=4 arm beside.
 
-``control`` adds an A/A arm: the first always-speculating arm's settings again, on a client of its
+``control`` adds an A/A arm: the send-ahead arm's settings again (``TWIN``), on a client of its
 own, left out of "the faster". Its ratio to its twin is what one run's noise alone makes of two
-identical arms: a k=auto ratio that far from 1 says nothing about the planner. Each ratio also
+identical arms, and its own ratio to the faster is the headline statistic for a policy that is
+one of the candidates: a k=auto ratio no lower says nothing about the planner. Each ratio also
 gets an interval over the prompts (``paired_interval``: the prompts resampled, every arm's run of
 a prompt kept together), which one slow prompt of one arm widens.
 """
@@ -54,7 +55,7 @@ class PlannerCheckConfig:
     max_new_tokens: int = 128
     temperature: float = 0.0
     load: int = 0  # busy processes loading the cores for the whole run
-    control: bool = False  # an A/A arm: the first always-speculating arm twice
+    control: bool = False  # an A/A arm: the send-ahead arm (TWIN) twice
     server: str | None = None
     seed: int = 0
     extra: dict = field(default_factory=dict)
