@@ -12,7 +12,7 @@ import math
 
 from edgespec.edge.acceptance import bisect_acceptance
 from edgespec.edge.estimates import Estimates
-from edgespec.edge.policy import best_k, expected_tokens
+from edgespec.edge.policy import best_k, expected_tokens, on_line
 
 
 class Forecast:
@@ -63,8 +63,14 @@ class Forecast:
         return self.depth() if self._send_ahead == "auto" else int(self._send_ahead)
 
     def device_ms(self, k: int) -> float:
-        base, per_draft = self.DEVICE_MS
-        return self.est.device.at(k, base + per_draft * k)
+        return self._device_at(self.est.device.line(), k)
+
+    def _device_at(self, line: tuple[float, float, float] | None, k: int) -> float:
+        """``device_ms`` from the device's fitted line (``LinearFit.line``), the prior's before any."""
+        if line is None:
+            base, per_draft = self.DEVICE_MS
+            return base + per_draft * k
+        return on_line(line, k)
 
     def verify_ms(self, k: int) -> float | None:
         """The replica's verify forward over a block of k (fitted on k once rounds are measured)."""
@@ -89,12 +95,12 @@ class Forecast:
             rtt = self.est.rtt_ms.value
             if rtt is None or self.est.forward_ms.value is None:
                 return None
-            depth = self.blocks_in_flight()
+            depth, forward = self.blocks_in_flight(), self.est.forward_ms.value
+            forward_line, device_line = self.est.forward_fit.line(), self.est.device.line()  # (once, not per k)
             out = []
-            for k in range(1, self._max_k + 1):
-                verify, device = self.verify_ms(k), self.device_ms(k)  # (fresh_round_ms, each fitted once)
-                assert verify is not None
-                out.append(fresh_and_held(rtt, verify, device, depth))
+            for k in range(1, self._max_k + 1):  # (verify_ms and device_ms at each k)
+                verify = forward if forward_line is None else on_line(forward_line, k)
+                out.append(fresh_and_held(rtt, verify, self._device_at(device_line, k), depth))
             return out
         return self._cached("costs", compute)
 
@@ -285,8 +291,10 @@ class Forecast:
         the draft is little known (fewer than ``LEARN_DRAFTS`` observed) or while that costs
         under ``SHADOW_SHARE`` of the stream's time, else that share; while the draft can
         hardly win (below ``REST_CHANCE``, ``REST_DRAFTS`` observed) and watching costs over
-        ``REST_COST`` of the stream, at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``."""
-        stream_ms = stream_ms or self.est.cloud_ms_per_token or self.est.replica_stream_ms or self.est.decode_ms
+        ``REST_COST`` of the stream, at most ``(SHADOW_LOOK + SHADOW_CONTEXT) / SHADOW_PERIOD``.
+        The stream's rate is ``stream_ms``, else ``stream_ms_per_token``: the rate cloud-only's
+        price reads (``cloud_ms_per_token``), so the shadow runs on the share its price assumes."""
+        stream_ms = stream_ms or self.stream_ms_per_token()
         # (asked on every streamed token: computed once per measurement and 0.1 ms of stream rate)
         key = ("share", None if stream_ms is None else round(stream_ms, 1))
         return self._cached(key, lambda: self._shadow_share(stream_ms))

@@ -93,12 +93,23 @@ class LinearFit:
         return self._wx / self._w if not self.empty else 0.0
 
     def at(self, x: float, default: float) -> float:
+        line = self.line()
+        return default if line is None else on_line(line, x)
+
+    def line(self) -> tuple[float, float, float] | None:
+        """(mean x, mean y, slope >= 0) of the fitted line, for ``on_line``; None while empty."""
         if self.empty:
-            return default
+            return None
         mean_x, mean_y = self._wx / self._w, self._wy / self._w
         var_x = self._wxx / self._w - mean_x**2
         slope = (self._wxy / self._w - mean_x * mean_y) / var_x if var_x > 1e-6 else 0.0
-        return max(mean_y + max(slope, 0.0) * (x - mean_x), 0.0)
+        return mean_x, mean_y, max(slope, 0.0)
+
+
+def on_line(line: tuple[float, float, float], x: float) -> float:
+    """A ``LinearFit.line`` at ``x`` (never below 0)."""
+    mean_x, mean_y, slope = line
+    return max(mean_y + slope * (x - mean_x), 0.0)
 
 
 class AdaptiveK:

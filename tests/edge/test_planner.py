@@ -535,3 +535,24 @@ def test_a_stream_measured_on_a_busy_replica_does_not_price_every_later_request(
     assert planner.stream_ms_per_token() == pytest.approx(3.6)
     planner.record_cloud_rate(4.0 * 30, 30, messages=30)  # a new stream measures beside the new figure
     assert planner.stream_ms_per_token() == pytest.approx(4.0)
+
+
+def test_the_shadow_runs_on_the_share_its_price_assumes():
+    """Cloud-only's price counts the shadow at its share of the stream (``shadow_share`` at
+    ``stream_ms_per_token``), and the shadow's looks are spaced by ``shadow_share()`` (asked with
+    no rate, by ``shadow_wanted``): both read the same stream rate. Once the replica's figure had
+    moved (busy, then idle), the share read the rate measured while it was busy, so the shadow
+    ran on twice the share its price assumed."""
+    planner = Planner()
+    planner.record_rtt(63.0)
+    planner.record_forward(15.0)
+    planner.record_decode(18.0, stream_ms=20.0)  # the replica busy
+    planner.first_path(128)
+    planner.begin(Path.CLOUD_ONLY)
+    planner.record_cloud_rate(20.6 * 25, 25, messages=25)
+    planner.record_shadow([True] * 64, draft_ms=64 * 1.0)  # the draft: 1 ms a streamed token, 64 drafts observed
+    planner.record_decode(9.0, stream_ms=10.0)  # ...and idle again
+    stream = planner.stream_ms_per_token()
+    assert stream == pytest.approx(10.6)
+    assert planner.shadow_share() == pytest.approx(Planner.SHADOW_SHARE * stream / 1.0)
+    assert planner.cloud_ms_per_token() == pytest.approx(stream + planner.shadow_share() * 1.0)
