@@ -173,7 +173,7 @@ class Forecast:
             tokens, holds = tokens_and_holds(c, self._max_k)
             k = self._best_k(costs, tokens, holds)
             return self._round_at(costs, k, holds[k]) / tokens[k] * self.est.spec_bias
-        return self._cached("segment forecast", compute)
+        return self._cached(("segment forecast", self.est.spec_bias), compute)  # (the bias moves after a round's costs)
 
     def speculative_ms_per_token(self) -> float | None:
         """Measured while speculating, else predicted."""

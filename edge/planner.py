@@ -244,7 +244,9 @@ class Planner(Forecast):
             # No block goes ahead at this rate, so nothing would update it: forget slowly, so
             # that send-ahead is tried again after a few dozen rounds.
             self._weigh_ahead(0.98, 0.0, 0.0)
-        self._changed()
+        # (no ``_changed`` here: what changed since ``_round_as_run`` computed the round's costs,
+        # the rates and the bias, is read fresh by every prediction, so the costs stay cached
+        # for the ``should_switch`` that follows; a depth that changed went through ``_weigh_ahead``)
 
     def _round_as_run(self, k: int | None, *, held: bool) -> float | None:
         """What a round of ``k`` drafts was predicted to cost as it ran: a block that waited for
