@@ -419,30 +419,34 @@ class Planner(Forecast):
         """True when the other path is predicted clearly faster for the tokens still to come."""
         if self.mode != "auto" or remaining < 4:
             return False
-        cloud, forecast = self.cloud_ms_per_token(), self.predicted_speculative()
-        if forecast is None or cloud is None:
+        # (the forecast, asked only where a decision needs it: it is most of a round's planning)
+        cloud = self.cloud_ms_per_token()
+        if cloud is None or self._round_costs() is None:  # (no forecast until a round's costs are known)
             return False
         at, other = max(self._budget - remaining, 0), Path.CLOUD_ONLY
         if current is Path.SPECULATIVE:
             if self._segment_rounds >= 2 and self.hopeless():
-                return bool(self._decide(at, current, other, forecast, cloud, "hopeless: not even an always-right draft wins"))
+                return bool(self._decide(at, current, other, self._forecast(), cloud, "hopeless: not even an always-right draft wins"))
             # (on this text's own rounds: the last text's would end every new one that follows a hard one)
             if 2 <= self._segment_rounds < self.MIN_ROUNDS and self.unpromising(this_text=True):  # (later: its measured rate decides)
                 # staying is priced on this text's own rounds as much as on the forecast pooled
                 # over the texts before: that alone called every new text faster, this one too,
                 # and kept a hard one speculating (two or three rounds alone are no price either:
                 # a text that starts hard may win over its rest)
-                own = self.segment_forecast()
+                own, forecast = self.segment_forecast(), self._forecast()
                 stay = forecast if own is None else (own + forecast) / 2
                 if remaining * (stay - cloud) > 2 * self.switch_cost_ms():
                     return bool(self._decide(at, current, other, stay, cloud, f"unpromising: P(win) {self.text_chance_to_win():.2f}"))
                 return False
             if self._segment_rounds < self.MIN_ROUNDS:
                 return False
-            trimmed = self.est.spec.trimmed  # (None only while it has no sample)
             # (a segment's first round carried the Open and is no rate: from its MIN_ROUNDS-th round
             # on, MIN_ROUNDS - 1 measured rounds; the forecast alone leans on the texts before)
-            measured = trimmed if trimmed is not None and len(self.est.spec) >= self.MIN_ROUNDS - 1 else forecast
+            measured = self.est.spec.trimmed if len(self.est.spec) >= self.MIN_ROUNDS - 1 else None
+            if measured is not None and measured <= cloud * (1 + self.margin):
+                return False  # (staying is priced at most at the measured rate: the stream cannot be clearly faster)
+            forecast = self._forecast()
+            measured = forecast if measured is None else measured
             here, there, why = min(measured, forecast, self._passage_rate()), cloud, "cloud-only predicted faster"
         else:
             if self._segment_tokens < self.MIN_TOKENS or not self._segment_probes:
@@ -452,11 +456,17 @@ class Planner(Forecast):
                 return False  # a loss stall early in the stream is no rate yet (a satellite link's first tokens)
             if not self.evidence_to_enter():
                 return False
-            here, (there, why), other = cloud, self._entering_forecast(forecast), Path.SPECULATIVE
+            here, (there, why), other = cloud, self._entering_forecast(self._forecast()), Path.SPECULATIVE
         if there * (1 + self.margin) < here and remaining * (here - there) > 2 * self.switch_cost_ms():
             spec, cloud_ms = (here, there) if current is Path.SPECULATIVE else (there, here)
             return bool(self._decide(at, current, other, spec, cloud_ms, why))
         return False
+
+    def _forecast(self) -> float:
+        """``predicted_speculative``, where the round's costs are known (``should_switch``)."""
+        forecast = self.predicted_speculative()
+        assert forecast is not None  # (None only while the costs are)
+        return forecast
 
     def _entering_forecast(self, forecast: float) -> tuple[float, str]:
         """What speculating on the rest of this text would do: the forecast, or once this
