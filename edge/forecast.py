@@ -67,10 +67,8 @@ class Forecast:
 
     def _device_at(self, line: tuple[float, float, float] | None, k: int) -> float:
         """``device_ms`` from the device's fitted line (``LinearFit.line``), the prior's before any."""
-        if line is None:
-            base, per_draft = self.DEVICE_MS
-            return base + per_draft * k
-        return on_line(line, k)
+        base, per_draft = self.DEVICE_MS
+        return on_line(line, k, base + per_draft * k)
 
     def verify_ms(self, k: int) -> float | None:
         """The replica's verify forward over a block of k (fitted on k once rounds are measured)."""
@@ -92,15 +90,14 @@ class Forecast:
         say (``_tokens_and_holds``); sent-ahead blocks that do not pay for their drafting end it
         (``depth()`` 1, ``ahead_pays``)."""
         def compute() -> list[tuple[float, float]] | None:
-            rtt = self.est.rtt_ms.value
-            if rtt is None or self.est.forward_ms.value is None:
+            rtt, forward = self.est.rtt_ms.value, self.est.forward_ms.value
+            if rtt is None or forward is None:
                 return None
-            depth, forward = self.blocks_in_flight(), self.est.forward_ms.value
+            depth = self.blocks_in_flight()
             forward_line, device_line = self.est.forward_fit.line(), self.est.device.line()  # (once, not per k)
             out = []
             for k in range(1, self._max_k + 1):  # (verify_ms and device_ms at each k)
-                verify = forward if forward_line is None else on_line(forward_line, k)
-                out.append(fresh_and_held(rtt, verify, self._device_at(device_line, k), depth))
+                out.append(fresh_and_held(rtt, on_line(forward_line, k, forward), self._device_at(device_line, k), depth))
             return out
         return self._cached("costs", compute)
 

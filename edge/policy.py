@@ -93,8 +93,7 @@ class LinearFit:
         return self._wx / self._w if not self.empty else 0.0
 
     def at(self, x: float, default: float) -> float:
-        line = self.line()
-        return default if line is None else on_line(line, x)
+        return on_line(self.line(), x, default)
 
     def line(self) -> tuple[float, float, float] | None:
         """(mean x, mean y, slope >= 0) of the fitted line, for ``on_line``; None while empty."""
@@ -106,8 +105,10 @@ class LinearFit:
         return mean_x, mean_y, max(slope, 0.0)
 
 
-def on_line(line: tuple[float, float, float], x: float) -> float:
-    """A ``LinearFit.line`` at ``x`` (never below 0)."""
+def on_line(line: tuple[float, float, float] | None, x: float, default: float) -> float:
+    """A ``LinearFit.line`` at ``x`` (never below 0); ``default`` while it has none."""
+    if line is None:
+        return default
     mean_x, mean_y, slope = line
     return max(mean_y + slope * (x - mean_x), 0.0)
 
