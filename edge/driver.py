@@ -244,7 +244,7 @@ class Generation:
         try:
             first_at, since_first, called = None, 0, self.clock()
             last_at, messages, slowest = called, 0, (0.0, 0, 0)  # the slowest message: wait ms, tokens, tokens by then
-            async for tokens, finish in generate_tokens(self.stub, session.generate(), self.timeout, stats):
+            async for tokens, finish, probs in generate_tokens(self.stub, session.generate(), self.timeout, stats):
                 now = self.clock()
                 if first_at is None:
                     first_at = now
@@ -263,7 +263,7 @@ class Generation:
                 if finish:
                     return
                 if shadow is not None:
-                    shadow.observe(tokens, session.committed, session.max_context)
+                    shadow.observe(tokens, session.committed, session.max_context, probs)
                 if session.draft_room > 1 and planner.should_switch(Route.CLOUD_ONLY, session.remaining):
                     return  # the Generate call is cancelled: tokens not received are not committed
             raise StreamEnded(grpc.StatusCode.UNAVAILABLE, "the Generate stream ended before its last token")

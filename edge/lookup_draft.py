@@ -106,8 +106,10 @@ class LookupDraft:
         return predicted
 
     def observe_chances(self, token_ids: Sequence[int], *, sampling: SamplingParams, lookup: LookupConfig | None = None,
-                        lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0) -> list[float]:
+                        lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0,
+                        target_probs: Sequence[float | None] | None = None) -> list[float]:
         """Sampled: appends streamed tokens; per token, the chance a draft there would have been
         accepted. A point mass on the guess is accepted exactly when the target's sample is it
-        (in every mode: a point mass is drawn without ``draws``)."""
+        (in every mode: a point mass is drawn without ``draws``; ``target_probs`` changes
+        nothing: min(1, q(t) / p(t)) is that same 1 or 0)."""
         return [1.0 if guess == token else 0.0 for guess, token in zip(self.observe(token_ids, lookup), token_ids)]

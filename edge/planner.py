@@ -75,10 +75,11 @@ at the stream's start and every 0.5 s; a stream is left only once it has one, af
 or a miss (``record_shadow``); sampled, each streamed token y carries the chance a draft there
 would have been accepted (``record_shadow_sampled``): in coupled mode (the SDK's default for
 sampled requests) exactly 1 or 0, since y is t_P = argmax p/E_P and the device knows E_P: a
-hit iff its own coupled draft argmax q/E_P is y; otherwise, for a lookup draft x (a point mass)
-the event y == x, whose chance is exactly p(x), the acceptance of a point mass; for a model
-draft q(y), whose mean over y ~ p is sum_x p(x) q(x), the acceptance of token-only verification
-(a lower bound of exact mode's sum_x min(p, q)). Rounds of ``max_k`` drafts are replayed over
+hit iff its own coupled draft argmax q/E_P is y; otherwise min(1, q(y) / p(y)), with p(y) as
+the stream sends it (``GenerateResponse.token_probs``), whose mean over y ~ p is exact mode's
+acceptance sum_x min(p, q) (for a lookup draft x, a point mass: the event y == x, whose chance
+is p(x)); from a server that sends no p(y), q(y), whose mean sum_x p(x) q(x) is token-only
+verification's acceptance, a lower bound. Rounds of ``max_k`` drafts are replayed over
 them (``acceptance.Replay``) and feed the same acceptance, so the speculative prediction
 stays current and speculation comes back when it pays. The shadow's cost is bounded
 (``shadow_share``, ``shadow_wanted``): it runs over the whole stream while the draft is little

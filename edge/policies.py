@@ -49,7 +49,10 @@ class Policies:
         self.planner = planner or Planner(path_mode(params))
         # Adaptive k chooses by the planner's acceptance by position, so it reaches the k the
         # planner's forecast assumes (and the first probing blocks say what longer ones commit).
-        self.k: KPolicy = make_policy(params.k, k_max=info.max_k, tokens=self.planner.expected_tokens)
+        # Until this request has measured a round trip, its rounds wait what the planner measured
+        # of earlier ones (``after_round``: the first round's wait is not one).
+        self.k: KPolicy = make_policy(params.k, k_max=info.max_k, tokens=self.planner.expected_tokens,
+                                      round_prior=self.planner.wait_ms)
         self.send_ahead = params.send_ahead if info.send_ahead else 1
         self.planner.use_send_ahead(self.send_ahead)  # (the planner may be shared: each request says its own)
         self.tree = params.tree if params.mode is Mode.GREEDY else 0
@@ -68,7 +71,13 @@ class Policies:
 
     def after_round(self, timing: RoundTiming) -> None:
         wait_ms = None if timing.ahead else timing.wait_ms  # (a block sent ahead waited behind another)
-        self.k.update(timing.k, timing.accepted, draft_ms=timing.draft_ms, wait_ms=wait_ms)
+        # The block that rode with the Open (no per-token drafting time: its drafting fed the
+        # context) also waited for the replica's prefill, which is no round trip of k drafts:
+        # fitted, a 70 ms first wait at k = 6 beside an 18 ms second one at k = 5 made each
+        # draft cost 50 ms, and a sampled request drafted k = 1 for its first dozen rounds (no
+        # round at a longer k came to correct the line). (The planner leaves it out likewise.)
+        self.k.update(timing.k, timing.accepted, draft_ms=timing.draft_ms,
+                      wait_ms=None if timing.draft_ms is None else wait_ms)
         self.planner.record_round(wall_ms=timing.wall_ms, wait_ms=wait_ms,
                                   forward_ms=timing.forward_ms, tokens=timing.tokens, k=timing.k)
         if timing.ahead:

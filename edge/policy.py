@@ -127,10 +127,14 @@ class AdaptiveK:
         initial_draft_ms: float = 0.5,
         initial_round_ms: float = 10.0,
         tokens: Callable[[int], float] | None = None,
+        round_prior: Callable[[int], float | None] | None = None,
     ):
         """``tokens``: a round's expected tokens at k from elsewhere (the planner's acceptance by
         position, ``Planner.expected_tokens``), so that the policy reaches the k the planner
-        predicts; None: the geometric formula at this policy's own alpha."""
+        predicts; None: the geometric formula at this policy's own alpha. ``round_prior``: a
+        round's wait at k until this policy has measured one (the planner's round trip and
+        verify forward, which outlive a request, ``Forecast.wait_ms``; None while it knows
+        neither), else ``initial_round_ms``."""
         if not 1 <= k_min <= k_max:
             raise ValueError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
         if not 0.0 < decay < 1.0:
@@ -142,6 +146,7 @@ class AdaptiveK:
         self.wait = LinearFit(decay)  # wait_ms = base + slope * k
         self._initial_round_ms = initial_round_ms
         self.tokens = tokens
+        self.round_prior = round_prior
 
     @property
     def alpha(self) -> float:
@@ -149,7 +154,13 @@ class AdaptiveK:
         return min(self.successes / self.trials, 0.999)
 
     def round_ms(self, k: int) -> float:
-        return self.wait.at(k, self._initial_round_ms)
+        """A round's wait (send -> verdict) at k: the line fitted on this request's waits, else
+        the prior's (``round_prior``), else ``initial_round_ms``."""
+        line = self.wait.line()
+        if line is None:
+            prior = self.round_prior(k) if self.round_prior is not None else None
+            return self._initial_round_ms if prior is None else prior
+        return on_line(line, k, self._initial_round_ms)
 
     def next_k(self, limit: int) -> int:
         upper = max(self.k_min, min(self.k_max, limit))
@@ -171,8 +182,9 @@ class AdaptiveK:
             self.wait.add(k, wait_ms)
 
 
-def make_policy(k: int | str, *, k_max: int = 16, tokens: Callable[[int], float] | None = None) -> KPolicy:
-    """``k`` is a number (fixed) or "auto" (adaptive); ``params.parse_k`` reads it. ``tokens``:
-    adaptive k's expected tokens per round at k (``AdaptiveK``)."""
+def make_policy(k: int | str, *, k_max: int = 16, tokens: Callable[[int], float] | None = None,
+                round_prior: Callable[[int], float | None] | None = None) -> KPolicy:
+    """``k`` is a number (fixed) or "auto" (adaptive); ``params.parse_k`` reads it. ``tokens``
+    and ``round_prior``: adaptive k's expected tokens per round and prior wait at k (``AdaptiveK``)."""
     k = parse_k(k)
-    return AdaptiveK(k_max=k_max, tokens=tokens) if k == "auto" else FixedK(int(k))
+    return AdaptiveK(k_max=k_max, tokens=tokens, round_prior=round_prior) if k == "auto" else FixedK(int(k))

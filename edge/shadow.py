@@ -42,6 +42,7 @@ class Shadow:
         self.lookup_weight, self.draws, self.top_n = lookup_weight, draws, top_n  # coupled: exact hits (``observe_chances``)
         self.pending: asyncio.Future | None = None
         self.buffer: list[int] = []  # streamed tokens the draft is to run over next (``SHADOW_BATCH``)
+        self.buffer_probs: list[float | None] = []  # sampled: each buffered token's p(t), None where unknown
         self.skipped: list[int] = []  # streamed tokens a rest skipped: the next look catches up on them
         # in_step: the draft follows the committed tokens (but for ``skipped`` and ``buffer``);
         # fresh: it has not read this generation's context yet (a start on the cloud-only path);
@@ -51,8 +52,10 @@ class Shadow:
         if self.in_step:
             drafter.rollback_to(len(committed))
 
-    def observe(self, tokens: list[int], committed: list[int], max_context: int) -> None:
-        """``tokens`` were just streamed and committed (``committed`` ends with them)."""
+    def observe(self, tokens: list[int], committed: list[int], max_context: int,
+                probs: list[float] | None = None) -> None:
+        """``tokens`` were just streamed and committed (``committed`` ends with them); ``probs``:
+        the target's p(t) of each (``GenerateResponse.token_probs``), None where the stream sent none."""
         if not self.in_step and not self.fresh:
             return
         if len(committed) + 1 >= max_context:
@@ -65,6 +68,7 @@ class Shadow:
                 self.skipped.extend(tokens)
             return
         self.buffer.extend(tokens)
+        self.buffer_probs.extend(probs if probs is not None and len(probs) == len(tokens) else [None] * len(tokens))
         if len(self.buffer) >= SHADOW_BATCH:
             self._flush(committed)
 
@@ -72,6 +76,7 @@ class Shadow:
         """Runs the draft over the buffered tokens (``committed`` ends with them), on the draft
         thread, and hands the planner what it saw."""
         tokens, self.buffer = self.buffer, []
+        probs, self.buffer_probs = self.buffer_probs, []
         if not tokens:
             return
         context, skipped = None, self.skipped
@@ -80,7 +85,7 @@ class Shadow:
         self.skipped, self.fresh, self.in_step = [], False, True
         k = self.block_k()
         # One draft thread: observations run in the order the tokens came.
-        future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, skipped, tokens)
+        future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, skipped, tokens, probs)
 
         def done(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
@@ -97,7 +102,8 @@ class Shadow:
         future.add_done_callback(done)
         self.pending = future
 
-    def _look(self, context: list[int] | None, skipped: list[int], tokens: list[int]) -> tuple[list, float]:
+    def _look(self, context: list[int] | None, skipped: list[int], tokens: list[int],
+              probs: list[float | None]) -> tuple[list, float]:
         """(greedy: the draft's guess at each token; sampled: each token's chance), and the ms it
         took. ``context`` (a fresh start) or ``skipped`` (after a rest) is fed in the same forward."""
         started = self.clock()
@@ -109,7 +115,8 @@ class Shadow:
             seen: list = self.drafter.observe(tokens, self.lookup)
         else:
             seen = self.drafter.observe_chances(tokens, sampling=self.sampling, lookup=self.lookup,
-                                                lookup_weight=self.lookup_weight, draws=self.draws, top_n=self.top_n)
+                                                lookup_weight=self.lookup_weight, draws=self.draws, top_n=self.top_n,
+                                                target_probs=probs)
         return seen, (self.clock() - started) * 1000
 
     async def finish(self, committed: list[int]) -> None:

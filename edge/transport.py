@@ -196,8 +196,11 @@ class SessionStream:
             self.call.cancel()
 
 
-async def generate_tokens(stub: Stub, request: pb.GenerateRequest, timeout: float, stats: RequestStats) -> AsyncIterator[tuple[list[int], str]]:
-    """Reads a Generate call: yields (new tokens, finish reason or "") per message.
+async def generate_tokens(stub: Stub, request: pb.GenerateRequest, timeout: float,
+                          stats: RequestStats) -> AsyncIterator[tuple[list[int], str, list[float] | None]]:
+    """Reads a Generate call: yields (new tokens, finish reason or "", each token's p(t) or None)
+    per message; None where the message carries no probability per token (greedy requests,
+    older servers: ``GenerateResponse.token_probs``).
 
     Raises grpc.RpcError or asyncio.TimeoutError as they come; the caller decides on retries.
     """
@@ -209,7 +212,9 @@ async def generate_tokens(stub: Stub, request: pb.GenerateRequest, timeout: floa
             if reply is EOF:
                 return
             stats.bytes_received += wire_bytes(reply)
-            yield list(reply.token_ids), finish_name(reply.finish_reason) if reply.finished else ""
+            tokens = list(reply.token_ids)
+            probs = list(reply.token_probs) if len(reply.token_probs) == len(tokens) and tokens else None
+            yield tokens, finish_name(reply.finish_reason) if reply.finished else "", probs
             if reply.draining and not reply.finished:
                 raise ReplicaMoved()
     finally:

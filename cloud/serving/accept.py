@@ -95,6 +95,9 @@ class Outcome(NamedTuple):
     accepted: int
     next_token: int
     path: list[int] | None = None  # trees: the accepted drafts' indices, root first
+    # Coupled rows (Generate's steps among them): p(next_token), what the target's distribution at
+    # its position gave the token it emitted (``GenerateResponse.token_probs``); None otherwise.
+    next_prob: float | None = None
 
 
 def verify_greedy(
@@ -295,10 +298,21 @@ def accept_rows(rows: list[Row], logits: list[torch.Tensor], packed: torch.Tenso
     for mode in Mode:
         group = [i for i, row in enumerate(rows) if row.mode == mode and row.parents is None]
         if group:
+            if mode is Mode.COUPLED:
+                for i in group:
+                    out[i] = coupled_outcome(rows[i], logits[i])
+                continue
             results = _accept(mode, [rows[i] for i in group], [logits[i] for i in group])
             for i, (accepted, token) in zip(group, results):
                 out[i] = Outcome(accepted, token)
     return out
+
+
+def coupled_outcome(row: Row, logits: torch.Tensor) -> Outcome:
+    """A coupled row's verdict (``verify_coupled``), with the probability p gave its token."""
+    probs = target_probs(logits, row.sampling).double().cpu().numpy()
+    accepted, token = verify_coupled(row.drafts, probs, row.sampling.resolved_seed, row.position)
+    return Outcome(accepted, token, None, float(probs[accepted, token]))
 
 
 def greedy_rows(rows: list[Row], packed: torch.Tensor) -> list[Outcome]:
@@ -338,11 +352,6 @@ def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tup
     num_drafts = torch.tensor([len(row.drafts) for row in rows], dtype=torch.long)
     for b, row in enumerate(rows):
         drafts[b, : len(row.drafts)] = torch.tensor(row.drafts, dtype=torch.long)
-    if mode is Mode.COUPLED:
-        return [
-            verify_coupled(row.drafts, target_probs(row_logits, row.sampling).double().cpu().numpy(), row.sampling.resolved_seed, row.position)
-            for row, row_logits in zip(rows, logits)
-        ]
     if mode is Mode.GREEDY:
         padded = torch.full((batch, max_k + 1, vocab), float("-inf"))
         for b, row_logits in enumerate(logits):

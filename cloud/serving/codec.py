@@ -109,6 +109,7 @@ def generate_reply_to_proto(verdict: Verdict, *, draining: bool) -> pb.GenerateR
         draining=draining,
         batch_size=verdict.batch_size,
         step_ms=verdict.verify_ms,
+        token_probs=[] if verdict.next_prob is None else [verdict.next_prob],
     )
 
 

@@ -92,6 +92,7 @@ class Verdict:
     verify_ms: float = 0.0
     discarded: bool = False  # a sent-ahead block whose assumption failed: nothing committed
     accepted_path: list[int] | None = None  # trees: the accepted tokens' indices in the Draft
+    next_prob: float | None = None  # coupled rows: p(next_token) (``accept.Outcome.next_prob``)
 
     @property
     def emitted(self) -> int:

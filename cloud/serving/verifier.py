@@ -133,7 +133,9 @@ class Verifier:
                 emitted, every_draft = item.drafts, item.block is not None and outcome.accepted == len(item.drafts)
             accepted, token, finish = commit_round(state, emitted, outcome.accepted, outcome.next_token)
             path = None if outcome.path is None else outcome.path[:accepted]
-            verdict = Verdict(round_no, accepted, token, finish, batch_size=len(items), verify_ms=verify_ms, accepted_path=path)
+            prob = outcome.next_prob if (accepted, token) == (outcome.accepted, outcome.next_token) else None
+            verdict = Verdict(round_no, accepted, token, finish, batch_size=len(items), verify_ms=verify_ms,
+                              accepted_path=path, next_prob=prob)
             state.last_block, state.last_verdict = item.block, verdict
             state.last_full = every_draft and finish is Finish.NONE
             verdicts.append(verdict)

@@ -312,6 +312,25 @@ def test_coupled_sessions_commit_exactly_the_seeded_generate_output(stub, info, 
     assert other != reference
 
 
+def test_a_sampled_generate_sends_the_probability_of_each_token_it_drew(stub, info, reference):
+    """``GenerateResponse.token_probs``: one p(t) per token of a sampled stream, in (0, 1]; none
+    for a greedy one. With top_k = 1 the target's distribution is its argmax alone: the greedy
+    text, each token drawn with probability 1."""
+    def replies(sampling=None):
+        request = pb.GenerateRequest(prompt_ids=PROMPT, max_new_tokens=N, tokenizer_fingerprint=info.tokenizer_fingerprint,
+                                     sampling=sampling)
+        return list(stub.Generate(request, metadata=METADATA, timeout=60))
+
+    certain = replies(pb.SamplingParams(temperature=1.0, top_k=1, seed=5))
+    assert [t for r in certain for t in r.token_ids] == reference
+    assert [p for r in certain for p in r.token_probs] == [1.0] * N
+    sampled = replies(pb.SamplingParams(temperature=1.0, seed=6))
+    assert all(len(r.token_probs) == len(r.token_ids) for r in sampled)
+    probs = [p for r in sampled for p in r.token_probs]
+    assert len(probs) == N and all(0.0 < p <= 1.0 for p in probs) and min(probs) < 1.0
+    assert all(not r.token_probs for r in replies())
+
+
 # ---- statuses -----------------------------------------------------------------------------------
 
 

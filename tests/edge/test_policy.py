@@ -77,3 +77,45 @@ def test_a_block_sent_ahead_does_not_teach_adaptive_k_that_short_blocks_are_chea
                                          wait_ms=20.0 if ahead else 85.0, wall_ms=22.0 if ahead else 88.0,
                                          forward_ms=15.0, ahead=ahead))
     assert policies.block_k(16) >= 14
+
+
+
+def test_the_round_that_rode_with_the_open_does_not_teach_adaptive_k_its_prefill():
+    """A request's first round also waited for the replica's prefill (draft_ms None: its
+    drafting fed the context). Fitted as a round of its k, a 70 ms first wait at k = 6 beside an
+    18 ms one at k = 5 made each draft cost 50 ms, and adaptive k drafted 1 a block for a dozen
+    rounds of a sampled request whose best k was 4-6 (tests/edge/test_policy.py's last test is
+    the same rule for blocks sent ahead)."""
+    from edgespec.edge.params import GenerationParams
+    from edgespec.edge.planner import Planner
+    from edgespec.edge.policies import Policies, RoundTiming
+    from edgespec.edge.types import ServerInfo
+
+    info = ServerInfo(model_id="m", tokenizer_fingerprint="fp", vocab_size=64, max_context=4096, max_k=16,
+                      max_new_tokens=1024, modes=("greedy", "exact"), version="1", send_ahead=True)
+    policies = Policies(GenerationParams(max_new_tokens=512, temperature=0.8, mode="exact"), info)
+    policies.after_round(RoundTiming(k=6, accepted=1, tokens=2, draft_ms=None, wait_ms=71.5, wall_ms=75.0,
+                                     forward_ms=9.0, ahead=False))
+    policies.after_round(RoundTiming(k=5, accepted=2, tokens=3, draft_ms=3.0, wait_ms=18.3, wall_ms=21.0,
+                                     forward_ms=9.0, ahead=False))
+    assert policies.k.round_ms(1) == pytest.approx(18.3)  # the one round trip measured: no slope from the prefill
+    assert policies.block_k(16) >= 3
+
+
+
+def test_before_a_request_measures_a_round_trip_adaptive_k_prices_rounds_at_the_planners():
+    """The policy lives one request, the planner as long as the client: until this request has
+    measured a wait (its first round's also carried the prefill), a round waits what the
+    planner's round trip and verify forward say, not a fixed 10 ms."""
+    from edgespec.edge.planner import Planner
+
+    planner = Planner("speculative")
+    policy = make_policy("auto", tokens=planner.expected_tokens, round_prior=planner.wait_ms)
+    assert policy.round_ms(4) == pytest.approx(10.0)  # the planner knows nothing yet
+    planner.record_rtt(40.0)
+    for k, forward in ((2, 9.0), (6, 11.0)):
+        planner.est.forward_fit.add(k, forward)
+    planner.record_forward(10.0)
+    assert policy.round_ms(8) == pytest.approx(40.0 + 12.0)  # round trip + forward at 8 (0.5 ms a draft)
+    policy.update(5, 2, draft_ms=2.5, wait_ms=20.0)
+    assert policy.round_ms(8) == pytest.approx(20.0)  # then what this request measured

@@ -125,11 +125,12 @@ def test_a_look_that_finds_the_draft_good_lifts_the_rest():
 
 
 class ChanceDraft(CountingDraft):
-    """Sampled: gives each streamed token the chance 0.25."""
+    """Sampled: gives each streamed token the chance 0.25; keeps the p(t) it was handed."""
 
     def observe_chances(self, token_ids: list[int], *, sampling, lookup=None, lookup_weight: float = 1.0, draws=None,
-                        top_n: int = 0) -> list[float]:
+                        top_n: int = 0, target_probs=None) -> list[float]:
         self.observe(token_ids, lookup)
+        self.target_probs = getattr(self, "target_probs", []) + [list(target_probs or [])]
         return [0.25] * len(token_ids)
 
 
@@ -148,19 +149,25 @@ def test_a_sampled_stream_feeds_the_planner_chances_and_the_shadows_time():
     prompt = [1, 2, 3]
     committed = list(prompt)
 
+    draft = ChanceDraft(prompt)
+
     async def go():
         with ThreadPoolExecutor(1) as draft_thread:
-            shadow = Shadow(ChanceDraft(prompt), draft_thread, Recording(), committed, block_k=lambda: 4, lookup=None,
+            shadow = Shadow(draft, draft_thread, Recording(), committed, block_k=lambda: 4, lookup=None,
                             sampling=SamplingParams(temperature=0.8), clock=lambda: next(ticks) / 1000)
             for token in range(7, 7 + SHADOW_BATCH + 3):
                 committed.append(token)
-                shadow.observe([token], committed, 4096)
+                # the stream's p(t) of each token, but for one message without it (an older server)
+                shadow.observe([token], committed, 4096, None if token == 8 else [token / 100])
             await shadow.finish(committed)
 
     asyncio.run(go())
     # SHADOW_BATCH tokens in one run, then the 3 left at the end of the stream.
     assert [chances for chances, _ in recorded] == [[0.25] * SHADOW_BATCH, [0.25] * 3]
     assert [round(ms, 6) for _, ms in recorded] == [3.0, 3.0]
+    # each token's p(t) reached the draft beside it, None where its message had none
+    expected = [None if token == 8 else token / 100 for token in range(7, 7 + SHADOW_BATCH + 3)]
+    assert draft.target_probs == [expected[:SHADOW_BATCH], expected[SHADOW_BATCH:]]
 
 
 def test_the_draft_models_chance_is_q_of_the_streamed_token(tiny_pair):
@@ -183,6 +190,35 @@ def test_the_draft_models_chance_is_q_of_the_streamed_token(tiny_pair):
     chances = draft.observe_chances(streamed_ids, sampling=sampling)
     assert np.allclose(chances, expected, rtol=1e-4, atol=1e-6)
     assert draft.tokens == prompt + streamed_ids
+
+
+def test_with_the_targets_p_the_chance_is_exact_modes_acceptance_on_average(tiny_pair):
+    """Given p(t) from the stream, a streamed token's chance is min(1, q(t) / p(t)): over t ~ p
+    its mean is sum_v min(p, q), what exact mode accepts of a draft from q (q(t) alone averages
+    sum_v p q, lower); a value no draw could have had falls back to q(t)."""
+    import numpy as np
+
+    from edgespec.edge.draft import DraftModel, exact_chance
+    from edgespec.edge.params import SamplingParams
+    from edgespec.edge.sampling import probs_from_logits
+
+    draft = DraftModel(tiny_pair.draft_dir)
+    sampling, prompt, token = SamplingParams(temperature=0.7), [5, 6, 7], 8
+    q = probs_from_logits(draft.logits_for_context(prompt)[-1], sampling)
+    draft.reset(prompt)
+    assert draft.observe_chances([token], sampling=sampling, target_probs=[q[token] / 2]) == [1.0]  # q(t) > p(t)
+    draft.reset(prompt)
+    (chance,) = draft.observe_chances([token], sampling=sampling, target_probs=[min(1.0, 4 * q[token])])
+    assert chance == pytest.approx(q[token] / min(1.0, 4 * q[token]), rel=1e-4)
+    for bad in (None, 0.0, -0.5, 1.5, float("nan")):
+        draft.reset(prompt)
+        (fallback,) = draft.observe_chances([token], sampling=sampling, target_probs=[bad])
+        assert fallback == pytest.approx(q[token], rel=1e-4)
+    # The mean over t ~ p, for a p unlike q: exact mode's acceptance, above token-only's.
+    p = np.roll(q, 3) * 0.5 + q * 0.5
+    mean = sum(p[t] * exact_chance(q[t], p[t]) for t in range(len(p)) if p[t] > 0)
+    assert mean == pytest.approx(np.minimum(p, q).sum())
+    assert mean > (p * q).sum() + 0.05
 
 
 def test_coupled_chances_are_exact_hits_of_the_drafts_own_coupled_choice(tiny_pair):

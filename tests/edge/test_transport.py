@@ -234,11 +234,38 @@ def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
     async def read():
         got = []
         with pytest.raises(ReplicaMoved):
-            async for tokens, _ in generate_tokens(Stub(), pb.GenerateRequest(), 1.0, RequestStats()):
+            async for tokens, _, _ in generate_tokens(Stub(), pb.GenerateRequest(), 1.0, RequestStats()):
                 got.extend(tokens)
         return got
 
     assert asyncio.run(read()) == [5, 6]
+
+
+def test_a_generate_message_hands_on_its_tokens_probabilities_only_when_there_is_one_per_token():
+    """``GenerateResponse.token_probs`` (p of each token, sampled requests): passed on with the
+    tokens; a message without them (greedy, an older server), or with a count that does not
+    match its tokens, gives None (the shadow then falls back to q(t) alone)."""
+    from edgespec.edge.transport import generate_tokens
+
+    replies = [pb.GenerateResponse(token_ids=[5], token_probs=[0.5]), pb.GenerateResponse(token_ids=[6]),
+               pb.GenerateResponse(token_ids=[7, 8], token_probs=[0.25]),
+               pb.GenerateResponse(token_ids=[9], token_probs=[0.75], finished=True)]
+
+    class Call:
+        async def read(self):
+            return replies.pop(0) if replies else grpc.aio.EOF
+
+        def cancel(self):
+            pass
+
+    class Stub:
+        def Generate(self, request):
+            return Call()
+
+    async def read():
+        return [(tokens, probs) async for tokens, _, probs in generate_tokens(Stub(), pb.GenerateRequest(), 1.0, RequestStats())]
+
+    assert asyncio.run(read()) == [([5], [0.5]), ([6], None), ([7, 8], None), ([9], [0.75])]
 
 
 def test_sessions_go_elsewhere_on_a_fresh_connection_after_a_move_a_draining_refusal_or_a_full_replica():

@@ -176,20 +176,22 @@ class GenerateRequest(_message.Message):
     def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokenizer_fingerprint: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., first_round: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("token_ids", "finished", "finish_reason", "draining", "batch_size", "step_ms")
+    __slots__ = ("token_ids", "finished", "finish_reason", "draining", "batch_size", "step_ms", "token_probs")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     STEP_MS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_PROBS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     finished: bool
     finish_reason: FinishReason
     draining: bool
     batch_size: int
     step_ms: float
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draining: _Optional[bool] = ..., batch_size: _Optional[int] = ..., step_ms: _Optional[float] = ...) -> None: ...
+    token_probs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., draining: _Optional[bool] = ..., batch_size: _Optional[int] = ..., step_ms: _Optional[float] = ..., token_probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()

@@ -314,7 +314,7 @@ def test_accept_rows_matches_the_rule_on_one_row():
         q[0, i, ids] = torch.tensor(probs, dtype=torch.float64)
     p = target_probs(logits, row.sampling)[None]
     expected = verify_sampling(torch.tensor([[2, 5, 1]]), q, p, torch.tensor([3]), [round_generator(9, 4)])
-    assert accept_rows([row], [logits]) == [(expected[0].item(), expected[1].item(), None)]
+    assert accept_rows([row], [logits]) == [(expected[0].item(), expected[1].item(), None, None)]
 
 
 def test_accept_rows_pads_rows_of_different_k():

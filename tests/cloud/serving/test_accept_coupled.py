@@ -172,6 +172,8 @@ def test_accept_rows_applies_the_rule_at_the_rows_absolute_position():
         p = target_probs(row_logits, row.sampling).double().numpy()
         assert row.position == row.cache_len + 1  # the pending token is the last committed one
         assert tuple(outcome[:2]) == verify_coupled(row.drafts, p, row.sampling.seed, row.position)
+        # p of the emitted token at its position: what a Generate step sends as token_probs
+        assert outcome.next_prob == pytest.approx(p[outcome.accepted, outcome.next_token])
         assert accept_rows([row], [row_logits])[0] == outcome  # batch neighbours change nothing
     # round numbers play no part
     moved = dataclasses.replace(rows[0], round_no=0)
@@ -182,3 +184,15 @@ def test_generate_samples_with_the_coupled_rule():
     sampled = generate_from_proto(pb.GenerateRequest(prompt_ids=[1], sampling=pb.SamplingParams(temperature=0.7, seed=3)))
     assert sampled.mode is Mode.COUPLED and sampled.sampling.seed == 3
     assert generate_from_proto(pb.GenerateRequest(prompt_ids=[1])).mode is Mode.GREEDY
+
+
+def test_a_generate_step_sends_the_probability_of_its_token_and_a_greedy_one_none():
+    """``GenerateResponse.token_probs``: p(t) of the sampled token (the device's shadow draft
+    estimates exact mode's acceptance from it); nothing for greedy, none for a session verdict."""
+    from edgespec.cloud.serving.codec import generate_reply_to_proto
+    from edgespec.cloud.serving.session import Finish, Verdict
+
+    sampled = generate_reply_to_proto(Verdict(3, 0, 7, Finish.NONE, next_prob=0.25), draining=False)
+    assert list(sampled.token_ids) == [7] and list(sampled.token_probs) == [0.25]
+    greedy = generate_reply_to_proto(Verdict(3, 0, 7, Finish.NONE), draining=False)
+    assert list(greedy.token_probs) == []
