@@ -214,15 +214,11 @@ def test_draining_refusals_stop_being_retried_after_the_patience():
         retries.decide(draining_refusal())
 
 
-def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
-    from edgespec.edge.transport import ReplicaMoved, generate_tokens
-
+def generate_stub(replies: list):
+    """A stub whose Generate call reads ``replies`` in order, then the end of the stream."""
     class Call:
-        def __init__(self):
-            self.replies = [pb.GenerateResponse(token_ids=[5]), pb.GenerateResponse(token_ids=[6], draining=True)]
-
         async def read(self):
-            return self.replies.pop(0) if self.replies else grpc.aio.EOF
+            return replies.pop(0) if replies else grpc.aio.EOF
 
         def cancel(self):
             pass
@@ -231,10 +227,18 @@ def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
         def Generate(self, request):
             return Call()
 
+    return Stub()
+
+
+def test_a_generate_message_that_says_draining_commits_its_tokens_then_moves():
+    from edgespec.edge.transport import ReplicaMoved, generate_tokens
+
+    stub = generate_stub([pb.GenerateResponse(token_ids=[5]), pb.GenerateResponse(token_ids=[6], draining=True)])
+
     async def read():
         got = []
         with pytest.raises(ReplicaMoved):
-            async for tokens, _, _ in generate_tokens(Stub(), pb.GenerateRequest(), 1.0, RequestStats()):
+            async for tokens, _, _ in generate_tokens(stub, pb.GenerateRequest(), 1.0, RequestStats()):
                 got.extend(tokens)
         return got
 
@@ -247,23 +251,12 @@ def test_a_generate_message_hands_on_its_tokens_probabilities_only_when_there_is
     match its tokens, gives None (the shadow then falls back to q(t) alone)."""
     from edgespec.edge.transport import generate_tokens
 
-    replies = [pb.GenerateResponse(token_ids=[5], token_probs=[0.5]), pb.GenerateResponse(token_ids=[6]),
-               pb.GenerateResponse(token_ids=[7, 8], token_probs=[0.25]),
-               pb.GenerateResponse(token_ids=[9], token_probs=[0.75], finished=True)]
-
-    class Call:
-        async def read(self):
-            return replies.pop(0) if replies else grpc.aio.EOF
-
-        def cancel(self):
-            pass
-
-    class Stub:
-        def Generate(self, request):
-            return Call()
+    stub = generate_stub([pb.GenerateResponse(token_ids=[5], token_probs=[0.5]), pb.GenerateResponse(token_ids=[6]),
+                          pb.GenerateResponse(token_ids=[7, 8], token_probs=[0.25]),
+                          pb.GenerateResponse(token_ids=[9], token_probs=[0.75], finished=True)])
 
     async def read():
-        return [(tokens, probs) async for tokens, _, probs in generate_tokens(Stub(), pb.GenerateRequest(), 1.0, RequestStats())]
+        return [(tokens, probs) async for tokens, _, probs in generate_tokens(stub, pb.GenerateRequest(), 1.0, RequestStats())]
 
     assert asyncio.run(read()) == [([5], [0.5]), ([6], None), ([7, 8], None), ([9], [0.75])]
 
