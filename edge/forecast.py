@@ -106,10 +106,8 @@ class Forecast:
         (a ``_round_costs`` round without the device's time); None until both are known. What
         adaptive k prices a round's wait at before its request has measured one
         (``AdaptiveK.round_prior``): the first round's wait also carried the prefill."""
-        rtt, forward = self.est.rtt_ms.value, self.est.forward_ms.value
-        if rtt is None or forward is None:
-            return None
-        return rtt + on_line(self.est.forward_fit.line(), k, forward)
+        rtt, forward = self.est.rtt_ms.value, self.verify_ms(k)
+        return None if rtt is None or forward is None else rtt + forward
 
     def _effective_round(self, k: int, holds: float) -> float | None:
         """A round at k when its block holds with chance ``holds`` (sent ahead)."""

@@ -55,7 +55,7 @@ class Shadow:
     def observe(self, tokens: list[int], committed: list[int], max_context: int,
                 probs: list[float] | None = None) -> None:
         """``tokens`` were just streamed and committed (``committed`` ends with them); ``probs``:
-        the target's p(t) of each (``GenerateResponse.token_probs``), None where the stream sent none."""
+        the target's p(t) of each, one per token (``generate_tokens``), None where the stream sent none."""
         if not self.in_step and not self.fresh:
             return
         if len(committed) + 1 >= max_context:
@@ -68,7 +68,7 @@ class Shadow:
                 self.skipped.extend(tokens)
             return
         self.buffer.extend(tokens)
-        self.buffer_probs.extend(probs if probs is not None and len(probs) == len(tokens) else [None] * len(tokens))
+        self.buffer_probs.extend(probs if probs is not None else [None] * len(tokens))  # (one per token: ``generate_tokens``)
         if len(self.buffer) >= SHADOW_BATCH:
             self._flush(committed)
 

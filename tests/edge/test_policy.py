@@ -79,15 +79,13 @@ def test_a_block_sent_ahead_does_not_teach_adaptive_k_that_short_blocks_are_chea
     assert policies.block_k(16) >= 14
 
 
-
 def test_the_round_that_rode_with_the_open_does_not_teach_adaptive_k_its_prefill():
     """A request's first round also waited for the replica's prefill (draft_ms None: its
     drafting fed the context). Fitted as a round of its k, a 70 ms first wait at k = 6 beside an
     18 ms one at k = 5 made each draft cost 50 ms, and adaptive k drafted 1 a block for a dozen
-    rounds of a sampled request whose best k was 4-6 (tests/edge/test_policy.py's last test is
-    the same rule for blocks sent ahead)."""
+    rounds of a sampled request whose best k was 4-6 (the same rule as for blocks sent ahead,
+    ``test_a_block_sent_ahead_does_not_teach_adaptive_k_that_short_blocks_are_cheap``)."""
     from edgespec.edge.params import GenerationParams
-    from edgespec.edge.planner import Planner
     from edgespec.edge.policies import Policies, RoundTiming
     from edgespec.edge.types import ServerInfo
 
@@ -100,7 +98,6 @@ def test_the_round_that_rode_with_the_open_does_not_teach_adaptive_k_its_prefill
                                      forward_ms=9.0, ahead=False))
     assert policies.k.round_ms(1) == pytest.approx(18.3)  # the one round trip measured: no slope from the prefill
     assert policies.block_k(16) >= 3
-
 
 
 def test_before_a_request_measures_a_round_trip_adaptive_k_prices_rounds_at_the_planners():

@@ -188,7 +188,7 @@ def test_generate_samples_with_the_coupled_rule():
 
 def test_a_generate_step_sends_the_probability_of_its_token_and_a_greedy_one_none():
     """``GenerateResponse.token_probs``: p(t) of the sampled token (the device's shadow draft
-    estimates exact mode's acceptance from it); nothing for greedy, none for a session verdict."""
+    estimates exact mode's acceptance from it); nothing for greedy."""
     from edgespec.cloud.serving.codec import generate_reply_to_proto
     from edgespec.cloud.serving.session import Finish, Verdict
 
