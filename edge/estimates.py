@@ -70,6 +70,7 @@ class Estimates:
     bias: Rate = field(default_factory=Rate)  # measured round ms per predicted round ms
     tokens_per_round: Rate = field(default_factory=Rate)  # tokens per round, verified or replayed (tau)
     shadow_ms: Rate = field(default_factory=Rate)  # the shadow draft's device ms per streamed token it ran over
+    drafting: Rate = field(default_factory=Rate)  # a block's drafting, device ms per draft (adaptive k's first price)
     cloud_ms_per_token: float | None = None  # a Generate stream's rate: first token to last (a stall out until caught up), per token
     ahead_sent: float = 0.0  # blocks sent ahead this segment, recent ones weighing most (``Forecast.ahead_share``)
     ahead_held: float = 0.0  # ...of which verified

@@ -258,6 +258,16 @@ class Planner(Forecast):
         then priced the next easy text's speculation a third too dear."""
         return self.predicted_round_ms() if k is None else self._effective_round(k, 1.0 if held else 0.0)
 
+    def record_drafting(self, ms: float, k: int) -> None:
+        """A block of ``k`` drafts took ``ms`` of the device's drafting (not one that fed the
+        Open's context: its time is no per-draft cost)."""
+        self.est.drafting.add(ms, k)
+
+    def drafting_ms(self) -> float | None:
+        """The device's drafting per draft token over the last blocks, on any request: where
+        adaptive k starts a request's price of a draft (``Policies``); None before any."""
+        return self.est.drafting.value
+
     def record_ahead(self, valid: bool) -> None:
         """A block sent ahead was verified (``valid``) or discarded."""
         self._weigh_ahead(self.AHEAD_DECAY, 1.0, 1.0 if valid else 0.0)

@@ -116,6 +116,8 @@ def on_line(line: tuple[float, float, float] | None, x: float, default: float) -
 class AdaptiveK:
     """Picks k to maximise expected tokens per millisecond, from measured a and costs."""
 
+    INITIAL_DRAFT_MS = 0.5  # a draft's price before any is measured (``make_policy``'s draft_ms)
+
     def __init__(
         self,
         *,
@@ -124,7 +126,7 @@ class AdaptiveK:
         decay: float = 0.9,
         prior_alpha: float = 0.7,
         prior_weight: float = 4.0,
-        initial_draft_ms: float = 0.5,
+        initial_draft_ms: float = INITIAL_DRAFT_MS,
         initial_round_ms: float = 10.0,
         tokens: Callable[[int], float] | None = None,
         round_prior: Callable[[int], float | None] | None = None,
@@ -183,8 +185,12 @@ class AdaptiveK:
 
 
 def make_policy(k: int | str, *, k_max: int = 16, tokens: Callable[[int], float] | None = None,
-                round_prior: Callable[[int], float | None] | None = None) -> KPolicy:
+                round_prior: Callable[[int], float | None] | None = None, draft_ms: float | None = None) -> KPolicy:
     """``k`` is a number (fixed) or "auto" (adaptive); ``params.parse_k`` reads it. ``tokens``
-    and ``round_prior``: adaptive k's expected tokens per round and prior wait at k (``AdaptiveK``)."""
+    and ``round_prior``: adaptive k's expected tokens per round and prior wait at k; ``draft_ms``:
+    its first price of a draft, measured on earlier requests (None: ``AdaptiveK``'s default)."""
     k = parse_k(k)
-    return AdaptiveK(k_max=k_max, tokens=tokens, round_prior=round_prior) if k == "auto" else FixedK(int(k))
+    if k != "auto":
+        return FixedK(int(k))
+    first = draft_ms if draft_ms is not None and draft_ms > 0 else AdaptiveK.INITIAL_DRAFT_MS
+    return AdaptiveK(k_max=k_max, tokens=tokens, round_prior=round_prior, initial_draft_ms=first)

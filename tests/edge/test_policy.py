@@ -116,3 +116,30 @@ def test_before_a_request_measures_a_round_trip_adaptive_k_prices_rounds_at_the_
     assert policy.round_ms(8) == pytest.approx(40.0 + 12.0)  # round trip + forward at 8 (0.5 ms a draft)
     policy.update(5, 2, draft_ms=2.5, wait_ms=20.0)
     assert policy.round_ms(8) == pytest.approx(20.0)  # then what this request measured
+
+
+def test_a_request_prices_its_first_drafts_at_what_the_device_measured_on_earlier_ones():
+    """The policy lives one request, the planner as long as the client: a draft's price starts
+    at the drafting the device measured on earlier requests, not a fixed 0.5 ms. Priced at
+    0.5 ms against the demo draft's 0.06-0.1, every request's first rounds on loopback drafted
+    k = 4-12 where 16 paid, until the request's own measurements had moved the price down."""
+    from edgespec.edge.params import GenerationParams
+    from edgespec.edge.policies import Policies, RoundTiming
+    from edgespec.edge.types import ServerInfo
+
+    info = ServerInfo(model_id="m", tokenizer_fingerprint="fp", vocab_size=64, max_context=4096, max_k=16,
+                      max_new_tokens=1024, modes=("greedy",), version="1", send_ahead=True)
+    first = Policies(GenerationParams(max_new_tokens=512), info)
+    assert first.planner.drafting_ms() is None and first.k.draft_ms == pytest.approx(0.5)
+    timing = dict(accepted=3, tokens=4, wait_ms=15.0, wall_ms=17.0, forward_ms=10.0, ahead=False)
+    first.after_round(RoundTiming(k=8, draft_ms=None, **timing))  # drafting that fed the Open: no price
+    assert first.planner.drafting_ms() is None
+    first.after_round(RoundTiming(k=16, draft_ms=1.6, **timing))
+    first.after_round(RoundTiming(k=4, draft_ms=0.4, **timing))
+    assert first.planner.drafting_ms() == pytest.approx(0.1)
+    second = Policies(GenerationParams(max_new_tokens=512), info, first.planner)
+    assert second.k.draft_ms == pytest.approx(0.1)
+    # The price moves k: on a 15 ms round at the prior's acceptance, 0.5 ms a draft is dearer.
+    cheap, dear = (make_policy("auto", round_prior=lambda k: 15.0, draft_ms=ms) for ms in (0.1, 0.5))
+    assert cheap.next_k(16) > dear.next_k(16)
+    assert make_policy("4", draft_ms=0.1).next_k(16) == 4
