@@ -11,6 +11,7 @@
     edgespec.cli            the command line
 
 Every import is checked, including those inside functions (a lazy import is still a dependency).
+Apart from them, lab/ (experiments, run by hand) imports the package and no test code.
 """
 
 from __future__ import annotations
@@ -109,3 +110,23 @@ def test_the_layers_cover_the_whole_package():
     names = modules()
     for layer in LAYERS:
         assert any(name == layer or name.startswith(layer + ".") for name in names), f"no module in {layer}"
+
+
+TEST_CODE = {"tests", "helpers", "conftest"}  # tests/ and what pytest puts on the path from it
+
+
+def test_the_lab_imports_no_test_code():
+    found = []
+    for path in sorted((REPO / "lab").glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        names = imports_of(source, f"lab.{path.stem}")
+        found += [f"lab/{path.name} imports {name}" for name in sorted(names) if name.split(".")[0] in TEST_CODE]
+        if '"tests"' in source or "'tests'" in source:
+            found.append(f"lab/{path.name} names the tests folder (a path into test code)")
+    assert not found, "\n".join(found)
+
+
+def test_the_lab_readme_says_what_each_experiment_does():
+    readme = (REPO / "lab" / "README.md").read_text(encoding="utf-8")
+    missing = [path.name for path in sorted((REPO / "lab").glob("*.py")) if f"`{path.name}`" not in readme]
+    assert not missing, f"lab/README.md does not describe {missing}"

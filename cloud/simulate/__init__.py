@@ -11,6 +11,9 @@ acceptance come from a ``Calibration`` (JSON, schema in ``calibration.py``).
     print(result.table())
 
 Command line: ``edgespec simulate --help``.
+
+One device's planner (``speculate="auto"``) in a scripted world, with no wall clock: ``planner.py``
+(not exported here; the planner's tests and lab/'s planner experiments use it).
 """
 
 from edgespec.cloud.simulate.calibration import Calibration, VerifyModel

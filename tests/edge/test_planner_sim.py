@@ -1,13 +1,14 @@
-"""The planner against a scripted link, clock and verifier (``helpers.planner_sim``): each path
+"""The planner against a scripted link, clock and verifier (``edgespec.cloud.simulate.planner``): each path
 made the faster one in turn, hopeless and slow-starting drafts, sampled requests. No wall clock:
 every figure the planner sees is the script's, so every run is the same."""
 
 from __future__ import annotations
 
 import pytest
-from helpers.planner_sim import (Script, ScriptedPlanner, Sim, World, always_speculating_ms, bernoulli_hits, cloud_only_ms,
-                                 compare, rtt_phases)
+from helpers.planner_sim import Script, ScriptedPlanner
 
+from edgespec.cloud.simulate.planner import (Sim, World, always_speculating_ms, bernoulli_hits, cloud_only_ms, compare,
+                                             rtt_phases)
 from edgespec.edge.planner import Planner
 
 # Links like bench links' profiles (median round trip through the emulator, ms).
@@ -66,7 +67,7 @@ def test_auto_is_as_fast_as_the_faster_path(link, draft):
 
 @pytest.mark.parametrize("link", ["loopback", "lan", "wifi", "5g", "4g"])
 def test_a_hopeless_draft_costs_its_first_request_under_five_percent(link):
-    """A draft that never agrees, as scripts/first_request.py runs one (a verify forward costs
+    """A draft that never agrees, as lab/first_request.py runs one (a verify forward costs
     what a decoding step does, the draft a tenth of it per token). On a fresh device the
     planner tries the draft first where a hopeless one loses little (a second round and a
     switch: under ``EXPLORE_LOSS``), else streams and lets the shadow judge it."""
@@ -256,7 +257,7 @@ def test_a_hard_text_after_easy_ones_is_left_within_its_first_rounds(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_early_misses_in_a_text_like_the_last_ones_are_no_reason_to_leave(seed):
-    """Held-out texts replayed on the demo pair (``scripts/planner_traces.py``): the draft is
+    """Held-out texts replayed on the demo pair (``lab/planner_traces.py``): the draft is
     right on 0.76-0.99 of a text's tokens, and many texts start with a miss or two. On 5G, with
     Jeffreys' prior on each text, their second round said "unpromising" (P(win) 0.02-0.09) and
     the text came back a dozen tokens later: two switches a text, for nothing. Judged against

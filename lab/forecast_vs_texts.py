@@ -4,9 +4,9 @@ One k=auto client over held-out texts through an emulated link (a local Serve on
 before each text, the forecast's parts (the k the policy reaches, E[tokens | k], the chance a
 block sent ahead holds, the round's cost, the measured bias, the forecast in ms/token); after
 it, what the request measured (ms/token, tokens per round, blocks sent ahead that held, the
-path k=auto took). docs/links.md ("Does k=auto pick the faster path?") quotes a run.
+path k=auto took). lab/README.md says what it found.
 
-    .venv/bin/python scripts/forecast_vs_texts.py [--link wifi] [--texts 8]
+    .venv/bin/python lab/forecast_vs_texts.py [--link wifi] [--texts 8]
 """
 
 from __future__ import annotations

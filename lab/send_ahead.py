@@ -1,6 +1,6 @@
 """Send-ahead per link: "auto" against fixed depths, always speculating, on the same prompts.
 
-    .venv/bin/python scripts/send_ahead.py [--link loopback,wifi,5g,4g] [--prompt-limit 6]
+    .venv/bin/python lab/send_ahead.py [--link loopback,wifi,5g,4g] [--prompt-limit 6]
         [--models models/demo] [--prompts prompts/heldout.jsonl] [--max-new-tokens 128]
 
 Serves the target (CPU, the bench harness: HAProxy ingress, the link emulator), then per link

@@ -6,7 +6,7 @@ fixed. ORT and torch blocks alternate; the figure is the median over blocks of m
 token. Models: the tiny Llama draft of ``edgespec.cloud.training.tiny`` and a 1-layer Llama with
 hidden 128 and vocabulary 4096 (random init).
 
-    .venv/bin/python scripts/bench_draft.py [--context 200] [--k 4] [--rounds 50] [--blocks 5] [--model DIR]
+    .venv/bin/python lab/bench_draft.py [--context 200] [--k 4] [--rounds 50] [--blocks 5] [--model DIR]
 """
 
 from __future__ import annotations

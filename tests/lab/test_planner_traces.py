@@ -1,4 +1,5 @@
-"""scripts/planner_traces.py's figures that need no recording."""
+"""lab/planner_traces.py's figures that need no recording (the experiment is loaded by path: lab/
+is no package)."""
 
 import importlib.util
 from pathlib import Path
@@ -10,8 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def traces(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # its neighbour planner_grid
-    spec = importlib.util.spec_from_file_location("planner_traces", REPO / "scripts" / "planner_traces.py")
+    monkeypatch.syspath_prepend(str(REPO / "lab"))  # its neighbour planner_grid
+    spec = importlib.util.spec_from_file_location("planner_traces", REPO / "lab" / "planner_traces.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

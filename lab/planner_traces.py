@@ -1,10 +1,10 @@
 """The planner replayed on real texts: where the draft of a real pair is right, token by token,
 on held-out prompts, and k=auto against cloud-only and always speculating over those texts in
-the scripted world of ``tests/helpers/planner_sim.py`` (no wall clock, no link noise: the same
+the scripted world of ``edgespec.cloud.simulate.planner`` (no wall clock, no link noise: the same
 traces give the same figures, so a change to the planner is judged on the texts the benchmark
 runs without its 0.05-0.1x of run-to-run noise).
 
-    .venv/bin/python scripts/planner_traces.py [--models models/demo] [--prompts prompts/heldout.jsonl]
+    .venv/bin/python lab/planner_traces.py [--models models/demo] [--prompts prompts/heldout.jsonl]
         [--prompt-limit 40] [--max-new-tokens 128] [--orders 4] [--draft-ms 0.3] [--link wifi,5g] [-v]
 
 Recording (once per pair, prompts and budget; cached under ``runs/planner_traces/``): the
@@ -16,7 +16,7 @@ up to the first miss, so the hits decide every round it would run.
 Replay: per link, one device (a planner kept across requests) runs the texts in turn, each
 ``--orders`` rotations of them (a text's forecast leans on the texts before it); cloud-only and
 always speculating (adaptive k, one block in flight) are priced on the same requests. The
-world's costs are the demo pair's on 2 CPU cores (``scripts/planner_grid.py``), whatever pair
+world's costs are the demo pair's on 2 CPU cores (``lab/planner_grid.py``), whatever pair
 recorded the hits; ``--draft-ms`` sets the draft's per token (the shadow's cost: at 0.3 ms,
 3.5% of the stream, it rests while the draft is unpromising; at 0.2, as the demo draft measures
 in the benchmark, it never does). Per link:
@@ -35,11 +35,11 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from planner_grid import LINKS, WORLD  # this script's folder: the demo pair's links and costs
 
-from helpers.planner_sim import Sim, World, always_speculating_ms, cloud_only_ms, rtt_phases  # noqa: E402
-from planner_grid import LINKS, WORLD  # noqa: E402 (this script's folder: the demo pair's links and costs)
+from edgespec.cloud.simulate.planner import Sim, World, always_speculating_ms, cloud_only_ms, rtt_phases
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def record(models: Path, prompts_file: Path, limit: int, max_new_tokens: int) -> list[list[bool]]:

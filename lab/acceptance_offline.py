@@ -1,4 +1,4 @@
-"""Offline acceptance of draft-side choices in sampling modes (how docs/sampling.md chose its defaults).
+"""Offline acceptance of draft-side choices in sampling modes (how the sampling defaults were chosen).
 
 For each temperature T: the target samples a continuation of each prompt; at every generated
 position the per-position acceptance E[sum min(p, q)] is computed for q = the draft model's
@@ -7,7 +7,7 @@ lookup's point mass at weight w. With --coupled, also the acceptance of coupled 
 same q: P(argmax q/E == argmax p/E) with one Exp(1) per token, computed exactly
 (``coupled_agreement``). Prints one JSON line per T and writes them all to --out.
 
-    .venv/bin/python scripts/acceptance_offline.py --models models/demo --prompts prompts/heldout.jsonl \\
+    .venv/bin/python lab/acceptance_offline.py --models models/demo --prompts prompts/heldout.jsonl \\
         --ratios 0.8,0.9,1.0,1.1,1.25,1.5 --weights 1.0,0.9 --out runs/sampling/offline.json
 """
 

@@ -6,9 +6,9 @@ request, and a k=auto request made to speculate until ``--at`` tokens and then s
 planner's ``should_switch`` forced). Printed per text: the gap from the switch to the first
 streamed token against what the planner prices a switch at (``switch_cost_ms``: round trip +
 the replica's prefill), and the stream's rate after the switch against the cloud-only
-request's over the same tokens. docs/links.md quotes a run.
+request's over the same tokens. lab/README.md says what it found.
 
-    .venv/bin/python scripts/switch_cost.py [--link 5g] [--texts 6] [--at 48]
+    .venv/bin/python lab/switch_cost.py [--link 5g] [--texts 6] [--at 48]
 """
 
 from __future__ import annotations

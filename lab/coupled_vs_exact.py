@@ -2,7 +2,7 @@
 temperature and a fixed k, the two modes alternating prompt by prompt in one run (docs/sampling.md
 "Randomness: coupled mode"). Starts a local Serve replica on the pair unless --server is given.
 
-    .venv/bin/python scripts/coupled_vs_exact.py --models models/demo --prompts prompts/heldout.jsonl \\
+    .venv/bin/python lab/coupled_vs_exact.py --models models/demo --prompts prompts/heldout.jsonl \\
         --prompt-limit 8 --max-new-tokens 96 --temperature 0.8 --k 4
 """
 

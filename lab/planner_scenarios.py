@@ -1,25 +1,22 @@
 """The planner on texts shaped like the bench's misses, scripted: a hard text after easy ones, a
-hard start with an easy rest, a hard passage mid-text (docs/links.md, "Runs 49-56").
+hard start with an easy rest, a hard passage mid-text (lab/README.md).
 
-    .venv/bin/python scripts/planner_scenarios.py [--seeds 8]
+    .venv/bin/python lab/planner_scenarios.py [--seeds 8]
 
 Each device's planner serves three easy texts (the draft right with the row's rest's chance)
 and then the text of the row; the figure is cloud-only's time over k=auto's for that fourth
 text, summed over the seeds (above 1: k=auto is faster). The world is
-``tests/helpers/planner_sim.py``'s: a round trip of 15, 33 or 61 ms, a forward of 6 ms + 0.5 a
+``edgespec.cloud.simulate.planner``'s: a round trip of 15, 33 or 61 ms, a forward of 6 ms + 0.5 a
 draft, a decoding step of 8 ms; no wall clock, so the same command prints the same figures.
-(``helpers.planner_sim.compare`` sums every request of a device; this prices the fourth alone.)
+(``compare`` there sums every request of a device; this prices the fourth alone.)
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from helpers.planner_sim import Sim, World, bernoulli_hits, cloud_only_ms, rtt_phases  # noqa: E402
+from edgespec.cloud.simulate.planner import Sim, World, bernoulli_hits, cloud_only_ms, rtt_phases
 
 LINKS = {"wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms
 EASY, TEXT = 0.92, 128

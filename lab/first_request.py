@@ -2,8 +2,8 @@
 fresh client: nothing learnt from earlier requests. With a draft that never agrees with the
 target, this is what the planner's fast give-up is for (goal: >= 0.95x cloud-only).
 
-    .venv/bin/python scripts/first_request.py --truncate 3 [--prompts 8] [--max-new-tokens 128]
-    .venv/bin/python scripts/first_request.py --draft DIR   # any exported ONNX draft instead
+    .venv/bin/python lab/first_request.py --truncate 3 [--prompts 8] [--max-new-tokens 128]
+    .venv/bin/python lab/first_request.py --draft DIR   # any exported ONNX draft instead
 
 ``--truncate N`` makes the hopeless draft first: the target's first N decoder layers, its own
 embedding and head, no training (the real pair's draft before distillation, 3 such layers on

@@ -1,6 +1,6 @@
 """The planner's own CPU per round: k=auto over the demo pair, its decisions timed call by call.
 
-    .venv/bin/python scripts/planner_cpu.py [--link loopback] [--prompts 6] [--max-new-tokens 128]
+    .venv/bin/python lab/planner_cpu.py [--link loopback] [--prompts 6] [--max-new-tokens 128]
 
 On a near link every round asks the planner twice (``record_round``, then ``should_switch``)
 and a round is a few tens of milliseconds, so what the planner spends is a share of the

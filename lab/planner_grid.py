@@ -1,8 +1,8 @@
 """The planner against scripted texts and links: k=auto over the faster of cloud-only and
 always speculating, per link and per shape of text, with no wall clock (the scripted world of
-``tests/helpers/planner_sim.py``; the same command prints the same figures).
+``edgespec.cloud.simulate.planner``; the same command prints the same figures).
 
-    .venv/bin/python scripts/planner_grid.py [--seeds 8] [--requests 4]
+    .venv/bin/python lab/planner_grid.py [--seeds 8] [--requests 4]
 
 The world is shaped like the demo pair on 2 CPU cores: a stream of 8.5 ms/token (decoding step
 7.5 + 1 per message), a verify forward of 8 ms + 0.3 per draft, 2.5 ms of the device's own time
@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from helpers.planner_sim import World, bernoulli_hits, compare, rtt_phases  # noqa: E402
+from edgespec.cloud.simulate.planner import World, bernoulli_hits, compare, rtt_phases
 
 LINKS = {"loopback": 0.3, "lan": 1.7, "wifi": 15.0, "5g": 33.0, "4g": 61.0}  # round trip, ms
-# the demo pair on 2 CPU cores (the module docstring); scripts/planner_traces.py prices in it too
+# the demo pair on 2 CPU cores (the module docstring); lab/planner_traces.py prices in it too
 WORLD = dict(forward_ms=8.0, forward_per_draft_ms=0.3, decode_ms=7.5, message_ms=1.0, device_ms=2.5, draft_ms=0.3)
 TEXTS = {  # name: (lo, hi, good, bad)
     "hard 0-24": (0, 24, 0.94, 0.5),  # a hard start, an easy rest
@@ -35,7 +32,7 @@ TEXTS = {  # name: (lo, hi, good, bad)
     "texts differ": None,  # each request another text: TEXT_ACCEPTANCE, rotated by the seed
 }
 # Per-text acceptance for "texts differ": held-out texts on the demo pair committed 3.7-14.2
-# tokens a round (docs/links.md), so one request's acceptance says little of the next one's.
+# tokens a round, so one request's acceptance says little of the next one's.
 TEXT_ACCEPTANCE = (0.95, 0.5, 0.85, 0.4, 0.92, 0.6, 0.75, 0.3)
 
 

@@ -1,0 +1,239 @@
+"""The device's planner in a scripted world: a link whose round trip changes by phase, a clock
+that only the simulation moves, a verifier whose acceptance is a fixed sequence, and a driver
+loop that calls the planner as ``edge/rounds.py`` does, in the same order:
+
+    first_path -> per segment: begin(path) ->
+      speculative: per round, policy.next_k; draft; Open + first block; verdict ->
+                   policy.update; record_round(wall, wait, forward, tokens, k); should_switch
+      cloud-only:  per streamed token: record_cloud_rate (from the second token); shadow_wanted
+                   -> record_shadow / record_shadow_sampled; should_switch; (probes: record_rtt)
+
+The planner's decisions are the product's own (``edgespec.edge.planner``); only the world is
+scripted. No wall clock and no randomness beyond seeded generators: the same world gives the same
+run. The text is positions 0, 1, 2, ...: the target's token at position t is t, so the output
+must be exactly range(max_new_tokens) (no token lost or repeated by a switch).
+
+One block in flight (``send_ahead=1``): the planner sees no sent-ahead blocks.
+
+    from edgespec.cloud.simulate.planner import Sim, World, bernoulli_hits, rtt_phases
+    run = Sim(World(rtt_ms=rtt_phases((0, 15.0)), hits=bernoulli_hits(0.8))).generate(128)
+    print(run.ms_per_token, run.segments)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from edgespec.edge.planner import Path, Planner
+from edgespec.edge.policy import AdaptiveK
+
+
+@dataclass
+class World:
+    """What the device cannot choose: the link, the replica, its own draft, and the text."""
+
+    rtt_ms: Callable[[int], float]  # the round trip while the run has generated this many tokens
+    hits: Callable[[int], bool]  # whether the draft predicts the target's token at a position
+    chances: Callable[[int], float] | None = None  # sampled: the shadow's acceptance chance there
+    forward_ms: float = 4.0  # the replica's verify forward (a few tokens cost what one does)
+    forward_per_draft_ms: float = 0.1
+    decode_ms: float = 8.0  # the replica's decoding step of a stream
+    message_ms: float = 0.5  # a streamed token's cost beyond the step
+    prefill_ms: float = 30.0  # the replica's prefill of the context, at each Open and Generate
+    draft_ms: float = 0.4  # the device's drafting per token
+    device_ms: float = 1.0  # the device's own time per round beyond drafting
+    probe_interval_ms: float = 100.0  # how often a cloud-only segment probes the round trip
+    max_k: int = 16
+
+
+def rtt_phases(*phases: tuple[int, float]) -> Callable[[int], float]:
+    """(from this token on, round trip) pairs, in order."""
+    def rtt(position: int) -> float:
+        value = phases[0][1]
+        for start, ms in phases:
+            if position >= start:
+                value = ms
+        return value
+    return rtt
+
+
+def bernoulli_hits(rate: Callable[[int], float] | float, seed: int = 0) -> Callable[[int], bool]:
+    """Hits drawn once per position with the given rate (a number, or a function of position)."""
+    draws: dict[int, bool] = {}
+    rng = random.Random(seed)
+    rate_at = rate if callable(rate) else (lambda _: rate)
+
+    def hit(position: int) -> bool:
+        while len(draws) <= position:
+            draws[len(draws)] = rng.random() < rate_at(len(draws))
+        return draws[position]
+    return hit
+
+
+@dataclass
+class Run:
+    tokens: list[int] = field(default_factory=list)
+    segments: list[tuple[str, int]] = field(default_factory=list)
+    ms: float = 0.0
+    rounds: int = 0
+    shadowed: int = 0  # streamed tokens the shadow ran over
+    switches: list = field(default_factory=list)  # the planner's switch log
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.ms / len(self.tokens)
+
+    def speculative_tokens(self) -> int:
+        return sum(n for path, n in self.segments if path == "speculative")
+
+    def first_switch_after(self, token: int, to: str) -> int | None:
+        """The first switch to ``to`` at or after ``token``: where it happened (tokens)."""
+        return next((s.at_token for s in self.switches if s.at_token >= token and s.to_path == to and s.from_path), None)
+
+
+class Sim:
+    """One device: a planner kept across requests, a clock, and its tokens so far (the world's
+    round trip and text move with them)."""
+
+    def __init__(self, world: World, planner: Planner | None = None, *, sampled: bool = False,
+                 policy_told: bool = False):
+        """``policy_told``: the k policy chooses by the planner's acceptance by position
+        (``AdaptiveK(tokens=planner.expected_tokens)``), else by its own alpha, as today's driver."""
+        self.world, self.sampled, self.policy_told = world, sampled, policy_told
+        self.planner = planner or Planner()
+        self.now = 0.0  # ms: moved only here
+        self.position = 0  # tokens generated by every request so far (the world's phase)
+        self.planner.use_send_ahead(1)  # the module docstring: one block in flight
+        self.planner.record_forward(world.forward_ms)
+        self.planner.record_decode(world.decode_ms, stream_ms=world.decode_ms + world.message_ms)  # as Info tells them
+        self.planner.record_rtt(world.rtt_ms(0))
+
+    def forward(self, k: int) -> float:
+        return self.world.forward_ms + self.world.forward_per_draft_ms * k
+
+    # ---- a request -------------------------------------------------------------------------
+
+    def generate(self, max_new_tokens: int) -> Run:
+        run, planner = Run(), self.planner
+        started, base = self.now, self.position
+        policy = AdaptiveK(k_max=self.world.max_k, tokens=planner.expected_tokens if self.policy_told else None)
+        path = planner.first_path(max_new_tokens, self.world.max_k)
+        while len(run.tokens) < max_new_tokens:
+            planner.begin(path)
+            segment = self._speculative if path is Path.SPECULATIVE else self._cloud
+            before = len(run.tokens)
+            segment(run, policy, max_new_tokens, base)
+            produced = len(run.tokens) - before
+            if produced:
+                if run.segments and run.segments[-1][0] == path.value:
+                    run.segments[-1] = (path.value, run.segments[-1][1] + produced)
+                else:
+                    run.segments.append((path.value, produced))
+            if len(run.tokens) < max_new_tokens:
+                path = Path.CLOUD_ONLY if path is Path.SPECULATIVE else Path.SPECULATIVE
+        run.ms = self.now - started
+        run.switches = list(planner.switch_log)
+        assert run.tokens == list(range(base, base + max_new_tokens)), "a token was lost or repeated"
+        return run
+
+    def _commit(self, run: Run, tokens: list[int]) -> None:
+        run.tokens.extend(tokens)
+        self.position += len(tokens)
+
+    def _speculative(self, run: Run, policy: AdaptiveK, max_new: int, base: int) -> None:
+        world, planner = self.world, self.planner
+        last_verdict, first = self.now, True
+        while len(run.tokens) < max_new:
+            remaining = max_new - len(run.tokens)
+            k = policy.next_k(min(world.max_k, max(1, remaining - 1)))
+            draft_ms = k * world.draft_ms + world.device_ms
+            self.now += draft_ms
+            sent = self.now
+            rtt = world.rtt_ms(self.position)
+            verify = self.forward(k) + (world.prefill_ms if first else 0.0)
+            self.now += rtt + verify
+            n = 0
+            while n < k and world.hits(self.position + n):
+                n += 1
+            start = self.position
+            committed = list(range(start, start + min(n + 1, remaining)))
+            self._commit(run, committed)
+            wait_ms, wall_ms = self.now - sent, self.now - last_verdict
+            last_verdict = self.now
+            run.rounds += 1
+            policy.update(k, n, draft_ms=None if first else draft_ms, wait_ms=wait_ms)
+            planner.record_round(wall_ms=wall_ms, wait_ms=wait_ms, forward_ms=verify, tokens=len(committed), k=k)
+            first = False
+            if len(run.tokens) >= max_new or planner.should_switch(Path.SPECULATIVE, max_new - len(run.tokens)):
+                return
+
+    def _cloud(self, run: Run, policy: AdaptiveK, max_new: int, base: int) -> None:
+        world, planner = self.world, self.planner
+        rtt = world.rtt_ms(self.position)
+        called = self.now
+        self.now += rtt + world.prefill_ms  # the Generate and its first token
+        first_at, since_first, next_probe = None, 0, self.now + world.probe_interval_ms
+        while len(run.tokens) < max_new:
+            self.now += world.decode_ms + world.message_ms
+            position = self.position
+            if first_at is None:
+                first_at = self.now
+                planner.record_first_token(first_at - called)
+            else:
+                since_first += 1
+                planner.record_cloud_rate(self.now - first_at, since_first)
+            self._commit(run, [position])
+            if len(run.tokens) >= max_new:
+                return
+            if self.now >= next_probe:  # the probe runs beside the stream
+                planner.record_rtt(world.rtt_ms(self.position))
+                next_probe = self.now + world.probe_interval_ms
+            if planner.shadow_wanted(1):
+                run.shadowed += 1
+                k = policy.next_k(world.max_k)
+                self.now += world.draft_ms  # the device's cores carry the stream too: it competes
+                if self.sampled and world.chances is not None:
+                    planner.record_shadow_sampled([world.chances(position)], k, draft_ms=world.draft_ms)
+                else:
+                    planner.record_shadow([world.hits(position)], k, draft_ms=world.draft_ms)
+            if planner.should_switch(Path.CLOUD_ONLY, max_new - len(run.tokens)):
+                return
+
+
+def cloud_only_ms(world: World, max_new_tokens: int, position: int = 0) -> float:
+    """What a cloud-only request of ``max_new_tokens`` from ``position`` costs in this world."""
+    return world.rtt_ms(position) + world.prefill_ms + max_new_tokens * (world.decode_ms + world.message_ms)
+
+
+def always_speculating_ms(world: World, max_new_tokens: int, position: int = 0) -> float:
+    """The same request always speculating (adaptive k, one block in flight), for comparison."""
+    sim = Sim(world, Planner("speculative"))
+    sim.position = position
+    return sim.generate(max_new_tokens).ms
+
+
+@dataclass
+class Totals:
+    """ms over every request of every world: k=auto, cloud-only, always speculating; and
+    k=auto's switches (a request's start not counted)."""
+    auto: float = 0.0
+    cloud: float = 0.0
+    spec: float = 0.0
+    switches: int = 0
+
+
+def compare(worlds, requests: int = 4, max_new_tokens: int = 128) -> Totals:
+    """Each world's device (one planner across its requests) runs ``requests`` requests at
+    k=auto; the same requests cloud-only and always speculating are priced beside them."""
+    totals = Totals()
+    for world in worlds:
+        sim = Sim(world)
+        for i in range(requests):
+            run = sim.generate(max_new_tokens)
+            totals.auto += run.ms
+            totals.switches += len(run.switches) - 1
+            totals.cloud += cloud_only_ms(world, max_new_tokens, max_new_tokens * i)
+            totals.spec += always_speculating_ms(world, max_new_tokens, max_new_tokens * i)
+    return totals
