@@ -25,7 +25,7 @@ def real_target():
 def test_the_draft_is_shipped_complete_with_its_card():
     for path in ("draft/model.onnx", "draft/manifest.json", "draft/tokenizer.json", "draft/generation_config.json",
                  "draft-hf/model.safetensors", "draft-hf/draft_vocab.json", "metrics.json", "README.md"):
-        assert (PAIR / path).is_file(), f"models/smollm2-135m/{path} is missing: rebuild with `edgespec make-draft`"
+        assert (PAIR / path).is_file(), f"models/smollm2-135m/{path} is missing: `make setup` exports draft/, `edgespec make-draft` rebuilds the rest"
     metrics = json.loads((PAIR / "metrics.json").read_text())
     card = (PAIR / "README.md").read_text()
     assert f"{metrics['draft']['params'] / 1e6:.2f}M parameters" in card
@@ -53,13 +53,17 @@ def test_the_onnx_draft_proposes_what_the_distilled_weights_do(real_target):
 
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(real_target)
-    prompt = json.loads(HELD_OUT.read_text().splitlines()[0])["prompt"]
-    ids = chat_ids(tokenizer, prompt) + tokenizer("Here are three tips for you:", add_special_tokens=False)["input_ids"]
-    onnx_logits = DraftModel(PAIR / "draft", threads=1).logits_for_context(ids)
-    with torch.no_grad():
-        torch_logits = load_draft(PAIR / "draft-hf", dtype=torch.float32)(input_ids=torch.tensor([ids])).logits[0].numpy()
-    # int8 weights against the fp16 ones: mostly the same greedy guesses (0.78 on this text; another
-    # draft's would agree on a few percent), never a token outside the draft vocabulary
-    assert float(np.mean(onnx_logits.argmax(-1) == torch_logits.argmax(-1))) >= 0.7
+    draft, weights = DraftModel(PAIR / "draft", threads=1), load_draft(PAIR / "draft-hf", dtype=torch.float32)
+    onnx_guesses, torch_guesses = [], []
+    for line in HELD_OUT.read_text().splitlines()[:8]:
+        prompt = json.loads(line)["prompt"]
+        ids = chat_ids(tokenizer, prompt) + tokenizer("Here are three tips for you:", add_special_tokens=False)["input_ids"]
+        onnx_guesses += draft.logits_for_context(ids).argmax(-1).tolist()
+        with torch.no_grad():
+            torch_guesses += weights(input_ids=torch.tensor([ids])).logits[0].argmax(-1).tolist()
+    # int8 weights against the fp16 ones: mostly the same greedy guesses (0.68-0.69 over these 366
+    # tokens, 0.51-0.83 on one prompt; another draft's would agree on a few percent), never a token
+    # outside the draft vocabulary
+    assert float(np.mean(np.array(onnx_guesses) == np.array(torch_guesses))) >= 0.6
     inside = set(json.loads((PAIR / "draft-hf" / "draft_vocab.json").read_text())["draft_to_target"])
-    assert set(onnx_logits.argmax(-1).tolist()) <= inside
+    assert set(onnx_guesses) <= inside
