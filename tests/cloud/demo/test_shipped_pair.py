@@ -23,7 +23,7 @@ def test_the_pair_is_shipped_complete():
     for path in ("target/config.json", "target/model.safetensors", "target/tokenizer.json",
                  "draft/model.onnx", "draft/manifest.json", "draft/tokenizer.json",
                  "draft-hf/model.safetensors", "metrics.json", "README.md"):
-        assert (PAIR / path).is_file(), f"models/demo/{path} is missing: rebuild with `edgespec train-demo`"
+        assert (PAIR / path).is_file(), f"models/demo/{path} is missing: `make setup` exports draft/, `edgespec train-demo` rebuilds the rest"
     metrics = json.loads((PAIR / "metrics.json").read_text())
     assert metrics["target"]["dtype"] == "float16"
     # the target must be clearly better than the draft, or the pair shows nothing
