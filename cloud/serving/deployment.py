@@ -127,18 +127,19 @@ class VerifierDeployment:
         self.forward_ms = StepTime()  # forward + accept of verification batches, reported by Info
         self.decode_ms = StepTime()  # the same for batches of Generate decoding steps alone
         self.stream_ms = StepTime()  # a Generate stream's interval per token, reply to reply (step, scheduling, sending)
-        self.ledger = CpuLedger(self.config.profile_cpu)
         self.batches = BatchScheduler(
             lambda items: self.model.run(self._step, items),
             max_batch_size=self.config.max_batch_size,
             wait_s=self.config.batch_wait_timeout_s,
             expected=lambda: self.admission.active,
             on_batch=self._on_batch,
-            ledger=self.ledger,
         )
         self.drain = DrainWatch()
         self.replica_id = _replica_id()
         self._reflection = ReflectionServicer([SPECULATIVE_SERVICE, HEALTH_SERVICE, *REFLECTION_SERVICES])
+        self.ledger = CpuLedger()  # bench overhead's; its hook wraps the methods it times, none when off
+        if self.config.profile_cpu:
+            self.ledger.install(self)
         auth = f"{self.keys.count} API key(s)" if self.keys.enabled else "NO API keys (loopback only)"
         log.info("edgespec verifier ready (%s): %s", auth, self.verifier.backend.info.description)
 
@@ -153,10 +154,7 @@ class VerifierDeployment:
                 request = await self._next_message(requests, first=session is None, key=key)
                 if request is None:
                     break
-                started = self.ledger.clock()
-                request = _checked(request, "SessionRequest")
-                kind = request.WhichOneof("kind")
-                self.ledger.add("decode", started)
+                request, kind = self._read_request(request)
                 if kind == "open":
                     if session is not None:
                         raise precondition("Open sent twice on one stream: open a new stream for a new session")
@@ -169,12 +167,7 @@ class VerifierDeployment:
                     if session is None:
                         raise precondition("Draft before Open: the first message of a session must be Open")
                     verdict = await self._round(session, request.draft)
-                    started = self.ledger.clock()
-                    response = codec.verdict_to_proto(verdict)
-                    moving = self._moving(response.verdict.finished or response.verdict.discarded, generate=False)
-                    response.verdict.draining = moving
-                    self.ledger.add("encode", started)
-                    self.ledger.messages += 1
+                    response, moving = self._encode_verdict(verdict)
                     yield response
                     if moving:
                         raise draining_error()
@@ -200,39 +193,43 @@ class VerifierDeployment:
                 self._release(session)
 
     async def _round(self, session: SessionState, draft: pb.Draft):
-        ledger = self.ledger
-        started = ledger.clock()
-        message, last, last_block = codec.draft_from_proto(draft, self.config.max_q_entries), session.last_verdict, session.last_block
-        started = ledger.add("decode", started)
+        message, last, last_block = self._read_draft(draft), session.last_verdict, session.last_block
         if (not message.ahead and last is not None and last_block is not None and message.round_no == last.round_no
                 and message.tokens == last_block.tokens):
             return last  # a retried round: same drafts, same (already committed) verdict
-        block = check_draft(session, message.round_no, message.tokens, message.q, ahead=message.ahead,
-                            assumed_token=message.assumed_token, parents=message.parents)
+        block = self._validate(session, message)
         if block is None:  # sent ahead on an assumption that failed: no forward
             self.metrics.discarded_block()
             return discarded(message.round_no)
         self.admission.quotas.check_tokens(session.key)
-        ledger.add("validation", started)
         verdict = await self.batches.submit(VerifyItem(session, block))
-        started = ledger.clock()
         self.admission.quotas.charge(session.key, verdict.emitted)
-        ledger.add("validation", started)
         return verdict
 
+    # The synchronous phases of a round, apart so that cpu_ledger.py can time them.
+
+    def _read_request(self, request) -> tuple[pb.SessionRequest, str | None]:
+        request = _checked(request, "SessionRequest")
+        return request, request.WhichOneof("kind")
+
+    def _read_draft(self, draft: pb.Draft) -> codec.DraftMessage:
+        return codec.draft_from_proto(draft, self.config.max_q_entries)
+
+    def _validate(self, session: SessionState, message: codec.DraftMessage):
+        """The draft's block (None: sent ahead on an assumption that failed)."""
+        return check_draft(session, message.round_no, message.tokens, message.q, ahead=message.ahead,
+                           assumed_token=message.assumed_token, parents=message.parents)
+
+    def _encode_verdict(self, verdict) -> tuple[pb.SessionResponse, bool]:
+        """The verdict's message, and whether it tells the session to move (``_moving``)."""
+        response = codec.verdict_to_proto(verdict)
+        moving = self._moving(response.verdict.finished or response.verdict.discarded, generate=False)
+        response.verdict.draining = moving
+        return response, moving
+
     def _step(self, items):
-        """One batch on the model thread (``Verifier.step``), its CPU split into the forward and the rest."""
-        if not self.ledger.enabled:
-            return self.verifier.step(items)
-        engine = getattr(self.verifier.backend, "engine", None)
-        before = engine.forward_cpu_ns if engine is not None else 0
-        started = self.ledger.clock()
-        try:
-            return self.verifier.step(items)
-        finally:
-            forward = (engine.forward_cpu_ns if engine is not None else 0) - before
-            self.ledger.ns["forward"] += forward
-            self.ledger.add("bookkeeping", started + forward)
+        """One batch on the model thread (``Verifier.step``; profiling splits its CPU into forward and bookkeeping)."""
+        return self.verifier.step(items)
 
     def cpu_stats(self) -> dict:
         """The replica's CPU ledger (``cpu_ledger.py``): read through a Serve handle by ``bench overhead``."""

@@ -17,9 +17,7 @@ callers waiting forever, or hand a session another session's verdict).
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Generic, TypeVar
-
-from edgespec.cloud.serving.cpu_ledger import CpuLedger
+from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -38,14 +36,12 @@ class BatchScheduler(Generic[Item, Result]):
         wait_s: float,
         expected: Callable[[], int],
         on_batch: Callable[[list[Item], list[Result]], None] | None = None,
-        ledger: CpuLedger | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if wait_s < 0:
             raise ValueError(f"wait_s must be >= 0, got {wait_s}")
         self._run, self._expected, self._on_batch = run, expected, on_batch
-        self._ledger = ledger or CpuLedger(False)
         self.max_batch_size, self.wait_s = max_batch_size, wait_s
         self._queue: list[tuple[Item, asyncio.Future]] = []
         self._arrival: asyncio.Event | None = None
@@ -53,16 +49,7 @@ class BatchScheduler(Generic[Item, Result]):
 
     async def submit(self, item: Item) -> Result:
         """Queues ``item`` for the next batch and waits for its result."""
-        started = self._ledger.clock()
-        loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done() or self._arrival is None:
-            self._arrival = asyncio.Event()
-            self._task = loop.create_task(self._loop(self._arrival))
-        future = loop.create_future()
-        self._queue.append((item, future))
-        self._arrival.set()
-        self._ledger.add("scheduling", started)
-        return await future
+        return await self._enqueue(item)
 
     async def _loop(self, arrival: asyncio.Event) -> None:
         """Runs batches while the loop that started it runs; ``arrival`` is set on each submit."""
@@ -83,31 +70,53 @@ class BatchScheduler(Generic[Item, Result]):
                     await asyncio.wait_for(arrival.wait(), remaining)
                 except asyncio.TimeoutError:
                     break
-            started = self._ledger.clock()
-            batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
-            live = [(item, future) for item, future in batch if not future.cancelled()]
+            live = self._take_batch()
             if not live:
                 continue
-            items = [item for item, _ in live]
-            self._ledger.add("scheduling", started)
             try:
-                results = await self._run(items)
-                started = self._ledger.clock()
-                if not isinstance(results, list) or len(results) != len(items):
-                    got = len(results) if isinstance(results, list) else type(results).__name__
-                    raise BatchSizeMismatch(f"a batch of {len(items)} item(s) returned {got} result(s)")
+                results = await self._run([item for item, _ in live])
             except Exception as exc:  # every caller of the batch gets it
-                for _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
+                _fail(live, exc)
                 continue
-            if self._on_batch is not None:
-                self._on_batch(items, results)
-            for (_, future), result in zip(live, results):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):  # that item alone failed (see Verifier.step)
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-            self._ledger.add("scheduling", started)
+            self._deliver(live, results)
+
+    # The synchronous steps of submit and the loop, apart so that cpu_ledger.py can time them.
+
+    def _enqueue(self, item: Item) -> asyncio.Future:
+        """Queues ``item``, starting the loop on this event loop if it is not running; returns its future."""
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._arrival is None:
+            self._arrival = asyncio.Event()
+            self._task = loop.create_task(self._loop(self._arrival))
+        future = loop.create_future()
+        self._queue.append((item, future))
+        self._arrival.set()
+        return future
+
+    def _take_batch(self) -> list[tuple[Item, asyncio.Future]]:
+        """The next batch off the queue, less the callers that went away."""
+        batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
+        return [(item, future) for item, future in batch if not future.cancelled()]
+
+    def _deliver(self, live: list[tuple[Item, asyncio.Future]], results: list[Result]) -> None:
+        """Hands each caller its result (every caller a ``BatchSizeMismatch`` when they do not pair)."""
+        if not isinstance(results, list) or len(results) != len(live):
+            got = len(results) if isinstance(results, list) else type(results).__name__
+            _fail(live, BatchSizeMismatch(f"a batch of {len(live)} item(s) returned {got} result(s)"))
+            return
+        if self._on_batch is not None:
+            self._on_batch([item for item, _ in live], results)
+        for (_, future), result in zip(live, results):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):  # that item alone failed (see Verifier.step)
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+def _fail(live: list[tuple[Any, asyncio.Future]], exc: Exception) -> None:
+    """Every caller of the batch that still waits gets ``exc``."""
+    for _, future in live:
+        if not future.done():
+            future.set_exception(exc)
