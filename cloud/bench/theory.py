@@ -10,6 +10,9 @@ Symbols (as in the seed documents and Leviathan et al. 2023):
     E[tau](a, k)      = (1 - a^(k+1)) / (1 - a)
     speedup(a, k, c)  = (1 - a^(k+1)) / ((1 - a) (1 + k/c))
 
+E[tau] is the SDK's own ``policy.expected_tokens``, and the k that maximises a speedup is its
+``policy.best_k`` (with cost(k) = 1 + k/c target steps for the seeds' curve).
+
 The formula is the ideal: verifying k+1 tokens costs one target step and the network is free.
 ``cost_model_ms_per_token`` adds what the ideal leaves out (measured verification time at this
 k and the round trip), so a measured speedup can be compared with both.
@@ -19,16 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def expected_tau(alpha: float, k: int) -> float:
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+from edgespec.edge.policy import expected_tokens
 
 
 def seeds_speedup(alpha: float, k: int, c: float) -> float:
     """The seeds' speedup curve (1 - a^(k+1)) / ((1 - a)(1 + k/c))."""
-    return expected_tau(alpha, k) / (1.0 + k / c)
+    return expected_tokens(alpha, k) / (1.0 + k / c)
 
 
 def alpha_from_rounds(rounds: list[tuple[int, int]]) -> float:
@@ -49,7 +48,7 @@ def alpha_from_tau(tau: float, k: int, tolerance: float = 1e-9) -> float:
     low, high = 0.0, 1.0
     while high - low > tolerance:
         mid = (low + high) / 2
-        if expected_tau(mid, k) < tau:
+        if expected_tokens(mid, k) < tau:
             low = mid
         else:
             high = mid
@@ -78,7 +77,3 @@ def predicted_speedups(tau: float, k: int, costs: RoundCosts) -> dict[str, float
         "ideal": tau / (1.0 + k / c),
         "cost_model": costs.target_ms_per_token / cost_model_ms_per_token(tau, k, costs),
     }
-
-
-def best_k(alpha: float, c: float, k_max: int = 16) -> int:
-    return max(range(1, k_max + 1), key=lambda k: seeds_speedup(alpha, k, c))

@@ -11,25 +11,28 @@ from edgespec.cloud.bench.theory import (
     RoundCosts,
     alpha_from_rounds,
     alpha_from_tau,
-    best_k,
-    expected_tau,
     predicted_speedups,
     seeds_speedup,
 )
+from edgespec.edge.policy import best_k, expected_tokens
 from edgespec.edge.types import RoundRecord
 
 
-def test_expected_tau_and_its_inverse():
-    assert expected_tau(0.0, 4) == 1.0 and expected_tau(1.0, 4) == 5.0
+def test_alpha_from_tau_inverts_expected_tau():
     for alpha in (0.2, 0.5, 0.8, 0.95):
-        assert alpha_from_tau(expected_tau(alpha, 4), 4) == pytest.approx(alpha, abs=1e-6)
+        assert alpha_from_tau(expected_tokens(alpha, 4), 4) == pytest.approx(alpha, abs=1e-6)
 
 
 def test_seeds_speedup_curve():
     # a = 0.8, k = 4, c = 20: (1 - 0.8^5) / (0.2 * 1.2)
     assert seeds_speedup(0.8, 4, 20.0) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2))
-    assert best_k(0.9, 50.0) > best_k(0.5, 50.0)  # better drafts afford longer blocks
-    assert best_k(0.8, 100.0) >= best_k(0.8, 5.0)  # cheaper drafts too
+
+    def seeds_best_k(alpha: float, c: float) -> int:  # the policy's rule on the seeds' cost: 1 + k/c target steps
+        return best_k(lambda k: expected_tokens(alpha, k), lambda k: 1.0 + k / c, 1, 16)
+
+    assert seeds_best_k(0.8, 20.0) == max(range(1, 17), key=lambda k: seeds_speedup(0.8, k, 20.0))
+    assert seeds_best_k(0.9, 50.0) > seeds_best_k(0.5, 50.0)  # better drafts afford longer blocks
+    assert seeds_best_k(0.8, 100.0) >= seeds_best_k(0.8, 5.0)  # cheaper drafts too
 
 
 def test_alpha_from_rounds_counts_only_judged_positions():
