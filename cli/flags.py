@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from edgespec.edge import params
+
 
 def add_connection(parser: argparse.ArgumentParser, *, server_help: str, required: bool = True) -> None:
     """--server and how to reach it: --api-key, --tls, --ca-cert (every command that talks to a server)."""
@@ -35,16 +37,12 @@ def add_deprecated(parser: argparse.ArgumentParser, old: str, new: str, dest: st
 
 
 def parse_k(text: str) -> int | str:
-    """--k: drafts per round, a positive number or 'auto' (the SDK's adaptive policy)."""
-    if text == "auto":
-        return text
+    """--k: drafts per round, a positive number or 'auto' (the SDK's adaptive policy), as the
+    SDK reads it (``params.parse_k``)."""
     try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number or 'auto', got {text!r}") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {k}")
-    return k
+        return params.parse_k(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_fixed_k(text: str) -> int:
