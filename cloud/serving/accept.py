@@ -101,25 +101,22 @@ class Outcome(NamedTuple):
 
 
 def verify_greedy(
-    draft_tokens: torch.Tensor,  # [B, K] int64, padded past each row's num_drafts
-    target_logits: torch.Tensor,  # [B, K+1, V]
-    num_drafts: torch.Tensor,  # [B] int64, 0 <= k_b <= K
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy verification: returns (accepted [B], next_token [B]).
+    draft_tokens: list[int],  # [k] x_1 .. x_k
+    target_tokens: list[int],  # [k + 1] argmax p_1 .. argmax p_{k+1}
+) -> tuple[int, int]:
+    """Greedy verification: returns (accepted, next_token).
 
-    accepted_b is the length of the longest prefix of the drafts equal to the target's
-    argmax; next_token_b is the target's argmax at the first position after it (the
-    correction on a mismatch, the bonus token when all drafts matched).
+    accepted is the length of the longest prefix of the drafts equal to the target's argmax;
+    next_token is the target's argmax at the first position after it (the correction on a
+    mismatch, the bonus token when all drafts matched). Over argmax ids as Python ints: a
+    round's k is small, and a packed batch takes one argmax for all its rows (``greedy_rows``).
     """
-    batch, max_k = draft_tokens.shape
-    target_tokens = target_logits.argmax(dim=-1)  # [B, K+1]
-    positions = torch.arange(max_k, device=draft_tokens.device)
-    in_range = positions[None, :] < num_drafts[:, None]  # [B, K]
-    matches = (draft_tokens == target_tokens[:, :max_k]) & in_range
-    # cumprod keeps 1 only up to the first mismatch: the accepted prefix.
-    accepted = matches.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B]
-    next_token = target_tokens.gather(1, accepted[:, None]).squeeze(1)
-    return accepted, next_token
+    accepted = 0
+    for draft, best in zip(draft_tokens, target_tokens):
+        if draft != best:
+            break
+        accepted += 1
+    return accepted, target_tokens[accepted]
 
 
 def verify_greedy_tree(
@@ -291,12 +288,10 @@ def accept_rows(rows: list[Row], logits: list[torch.Tensor], packed: torch.Tenso
             raise NonFiniteLogits(f"the target produced NaN or inf logits for session {row.key}")
     out: list[Outcome] = [Outcome(0, 0)] * len(rows)
     for i, row in enumerate(rows):
-        if row.parents is not None:  # trees are greedy only (the session checks)
-            argmax = logits[i].argmax(dim=-1).tolist()
-            path, token = verify_greedy_tree(row.drafts, row.parents, argmax)
-            out[i] = Outcome(len(path), token, path)
+        if row.mode is Mode.GREEDY or row.parents is not None:  # trees are greedy only (the session checks)
+            out[i] = greedy_outcome(row, logits[i].argmax(dim=-1).tolist())
     for mode in Mode:
-        group = [i for i, row in enumerate(rows) if row.mode == mode and row.parents is None]
+        group = [i for i, row in enumerate(rows) if row.mode == mode and mode is not Mode.GREEDY and row.parents is None]
         if group:
             if mode is Mode.COUPLED:
                 for i in group:
@@ -316,8 +311,8 @@ def coupled_outcome(row: Row, logits: torch.Tensor) -> Outcome:
 
 
 def greedy_rows(rows: list[Row], packed: torch.Tensor) -> list[Outcome]:
-    """Greedy verification of a packed batch (see ``accept_rows``): the rule of ``verify_greedy``
-    and ``verify_greedy_tree`` on the argmax ids as Python ints."""
+    """Greedy verification of a packed batch (see ``accept_rows``): one argmax for the batch,
+    then each row's ``greedy_outcome``."""
     # NOTE: a row's max is NaN when any of its logits is NaN (max propagates NaN) and inf when one
     # is +inf: checking the T maxima finds every logit that could decide a greedy verdict, for a
     # fraction of a full isfinite pass. A -inf logit (a token ruled out) decides nothing here.
@@ -329,19 +324,18 @@ def greedy_rows(rows: list[Row], packed: torch.Tensor) -> list[Outcome]:
     out: list[Outcome] = []
     start = 0
     for row in rows:
-        target = ids[start : start + len(row.tokens)]  # argmax after the pending token, then after each draft
+        out.append(greedy_outcome(row, ids[start : start + len(row.tokens)]))
         start += len(row.tokens)
-        if row.parents is not None:
-            path, token = verify_greedy_tree(row.drafts, row.parents, target)
-            out.append(Outcome(len(path), token, path))
-            continue
-        accepted = 0
-        for draft, best in zip(row.drafts, target):
-            if draft != best:
-                break
-            accepted += 1
-        out.append(Outcome(accepted, target[accepted]))
     return out
+
+
+def greedy_outcome(row: Row, target_tokens: list[int]) -> Outcome:
+    """A greedy row's verdict (a chain's or a tree's) from the target's argmax ids after the
+    pending token, then after each draft."""
+    if row.parents is not None:
+        path, token = verify_greedy_tree(row.drafts, row.parents, target_tokens)
+        return Outcome(len(path), token, path)
+    return Outcome(*verify_greedy(row.drafts, target_tokens))
 
 
 def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tuple[int, int]]:
@@ -352,12 +346,6 @@ def _accept(mode: Mode, rows: list[Row], logits: list[torch.Tensor]) -> list[tup
     num_drafts = torch.tensor([len(row.drafts) for row in rows], dtype=torch.long)
     for b, row in enumerate(rows):
         drafts[b, : len(row.drafts)] = torch.tensor(row.drafts, dtype=torch.long)
-    if mode is Mode.GREEDY:
-        padded = torch.full((batch, max_k + 1, vocab), float("-inf"))
-        for b, row_logits in enumerate(logits):
-            padded[b, : row_logits.shape[0]] = row_logits
-        counts, tokens = verify_greedy(drafts, padded, num_drafts)
-        return list(zip(counts.tolist(), tokens.tolist()))
     p = torch.zeros(batch, max_k + 1, vocab)
     q = torch.zeros(batch, max_k, vocab, dtype=torch.float64) if mode is Mode.EXACT else None
     for b, (row, row_logits) in enumerate(zip(rows, logits)):

@@ -38,23 +38,16 @@ def one_hot_logits(tokens: list[int], vocab: int = 6) -> torch.Tensor:
 
 def test_greedy_accepts_matching_prefix_and_corrects_first_mismatch():
     # target argmax per position: 1, 2, 3, 4 ; drafts 1, 2, 5
-    logits = one_hot_logits([1, 2, 3, 4])[None]
-    accepted, next_token = verify_greedy(torch.tensor([[1, 2, 5]]), logits, torch.tensor([3]))
-    assert accepted.item() == 2 and next_token.item() == 3
+    assert verify_greedy([1, 2, 5], [1, 2, 3, 4]) == (2, 3)
 
 
 def test_greedy_all_accepted_gives_bonus_token():
-    logits = one_hot_logits([1, 2, 3, 4])[None]
-    accepted, next_token = verify_greedy(torch.tensor([[1, 2, 3]]), logits, torch.tensor([3]))
-    assert accepted.item() == 3 and next_token.item() == 4
+    assert verify_greedy([1, 2, 3], [1, 2, 3, 4]) == (3, 4)
 
 
-def test_greedy_first_token_wrong_and_padding_ignored():
-    logits = torch.stack([one_hot_logits([1, 2, 3, 4]), one_hot_logits([0, 0, 0, 0])])
-    drafts = torch.tensor([[2, 2, 3], [0, 9, 9]])  # row 1 has k=1: its padding must not count
-    accepted, next_token = verify_greedy(drafts, logits, torch.tensor([3, 1]))
-    assert accepted.tolist() == [0, 1]
-    assert next_token.tolist() == [1, 0]
+def test_greedy_first_token_wrong_and_no_drafts():
+    assert verify_greedy([2, 2, 3], [1, 2, 3, 4]) == (0, 1)
+    assert verify_greedy([], [7]) == (0, 7)  # a round without drafts: the target's next token
 
 
 def test_sampling_certain_cases():
@@ -129,7 +122,8 @@ def emitted_sequences(mode: str, k: int, trials: int, length: int) -> list[list[
         drafts = torch.multinomial(q.reshape(-1, VOCAB).float(), 1, generator=draft_gen).reshape(len(active), k)
         num = torch.full((len(active),), k)
         if mode == "greedy":
-            accepted, nxt = verify_greedy(drafts, p.log(), num)
+            verdicts = [verify_greedy(drafts[b].tolist(), p[b].argmax(-1).tolist()) for b in range(len(active))]
+            accepted, nxt = torch.tensor(verdicts).T
         else:
             gens = [round_generator(t, round_no) for t in active]
             accepted, nxt = verify_sampling(drafts, q if mode == "exact" else None, p, num, gens)
@@ -167,7 +161,7 @@ def test_greedy_output_is_target_argmax():
         assert seq == [int(P[i].argmax()) for i in range(4)]
 
 
-# ---- 3. a slow reference loop checks the batched path ------------------------------------
+# ---- 3. a slow reference loop checks the batched path (greedy: a packed batch, ``accept_rows``) ----
 
 
 def reference_verify(drafts: list[int], q: torch.Tensor | None, p: torch.Tensor, gen: torch.Generator) -> tuple[int, int]:
@@ -205,12 +199,14 @@ def test_batched_path_matches_reference_loop(mode):
         drafts[b, :3] = logits[b, :3].argmax(-1)
     num = torch.tensor(ks)
     if mode == "greedy":
-        accepted, nxt = verify_greedy(drafts, logits, num)
+        rows = [make_row(b, Mode.GREEDY, drafts[b, :k].tolist()) for b, k in enumerate(ks)]
+        row_logits = [logits[b, : k + 1] for b, k in enumerate(ks)]
+        outcomes = accept_rows(rows, row_logits, torch.cat(row_logits))
         for b, k in enumerate(ks):
             n = 0
             while n < k and drafts[b, n] == logits[b, n].argmax():
                 n += 1
-            assert (accepted[b].item(), nxt[b].item()) == (n, logits[b, n].argmax().item())
+            assert (outcomes[b].accepted, outcomes[b].next_token) == (n, logits[b, n].argmax().item())
         return
     q_in = q if mode == "exact" else None
     gens = [round_generator(b, 7) for b in range(batch)]
@@ -358,19 +354,16 @@ def test_tree_verdict_equals_its_best_branch_verified_as_a_chain():
             tokens.append(free[int(torch.randint(0, len(free), ()).item())])
         argmax = torch.randint(0, vocab, (len(tokens) + 1,)).tolist()
         path, token = verify_greedy_tree(tokens, parents, argmax)
-        # every root-to-leaf branch, as a chain through verify_greedy on per-branch logits
+        # every root-to-leaf branch, as a chain through verify_greedy on the branch's argmax
         best = ([], argmax[0])
         for leaf in range(len(tokens)):
             branch, at = [], leaf
             while at >= 0:
                 branch.insert(0, at)
                 at = parents[at]
-            logits = torch.full((len(branch) + 1, vocab), -5.0)
-            for j, at in enumerate([-1] + branch):
-                logits[j, argmax[at + 1]] = 5.0
-            n, nxt = verify_greedy(torch.tensor([[tokens[i] for i in branch]]), logits[None], torch.tensor([len(branch)]))
-            if n.item() > len(best[0]):
-                best = (branch[: n.item()], nxt.item())
+            n, nxt = verify_greedy([tokens[i] for i in branch], [argmax[at + 1] for at in [-1] + branch])
+            if n > len(best[0]):
+                best = (branch[:n], nxt)
         assert (path, token) == best, (tokens, parents, argmax)
 
 
@@ -383,9 +376,9 @@ def test_accept_rows_gives_a_tree_row_its_path():
     assert (outcome.accepted, outcome.next_token, outcome.path) == (2, 9, [1, 3])
 
 
-def test_a_packed_greedy_batch_gives_the_same_outcomes_as_the_tensor_rule():
-    """The batch-level greedy path (one argmax over the packed logits, ints compared in Python)
-    against verify_greedy / verify_greedy_tree row by row, on random logits with near-right drafts."""
+def test_a_packed_greedy_batch_gives_the_same_outcomes_as_its_rows_alone():
+    """The batch-level greedy path (one argmax over the packed logits) against each row's own
+    argmax, on random logits with near-right drafts."""
     gen = torch.Generator().manual_seed(11)
     vocab = 5
     rows, logits = [], []
