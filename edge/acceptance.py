@@ -13,13 +13,13 @@ Two views of the same counts, rounds verified or replayed over a stream (``Repla
 
   Jeffreys' prior is U-shaped: a draft is usually a model of the target (a ~ 0.6-0.9) or not
   one at all (a near 0), rarely in between. Speculation can only win if a reaches the link's
-  break-even a* (``break_even``): the chance it can win is the Beta's upper tail at a*.
+  break-even a* (``Forecast.break_even``): the chance it can win is the Beta's upper tail at a*.
 - by position, over the last ``LONG_ROUNDS`` (the recent ``ROUNDS`` counted twice):
   c_i = P(draft i accepted | position i reached), each shrunk towards the pooled
   mean by ``SHRINK`` pseudo-observations (a position seldom reached says little; one never
   reached is the pooled mean). A round of k drafts then commits on average
 
-      E[tokens | k] = 1 + sum_{i=1..k} c_1 c_2 ... c_i
+      E[tokens | k] = 1 + sum_{i=1..k} c_1 c_2 ... c_i      (``forecast.tokens_and_holds``)
 
   which, unlike the geometric (1 - a^(k+1)) / (1 - a), keeps what bursty text does: a draft
   that got the first tokens of a passage right tends to get the next ones right too, so a
@@ -39,8 +39,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-
-from edgespec.edge.policy import expected_tokens
 
 PRIOR = 0.5  # Jeffreys' prior: Beta(1/2, 1/2)
 ROUNDS = 16  # recent rounds (verified, or replayed over a stream) the posterior is computed over
@@ -211,14 +209,6 @@ class Acceptance:
         """Drafts observed (verified or replayed) since ``begin_segment``."""
         return self._segment[1]
 
-    def expected_tokens(self, k: int) -> float:
-        """Tokens a round of ``k`` drafts commits on average, from acceptance by position."""
-        total, survive = 1.0, 1.0
-        for c in self.by_position(k):
-            survive *= c
-            total += survive
-        return total
-
     def __len__(self) -> int:
         return min(len(self.history), ROUNDS)
 
@@ -324,17 +314,6 @@ class Replay:
             pending = (self.reached, self.accepted, self.tokens / self.ended if self.ended else 0.0)
         self._reset_counts()
         return pending
-
-
-def break_even(tau_needed: float, max_k: int) -> float:
-    """The geometric per-position acceptance at which a round of ``max_k`` drafts commits
-    ``tau_needed`` tokens on average: 0 if one token a round is enough, 1 if not even max_k + 1
-    are."""
-    if tau_needed <= 1.0:
-        return 0.0
-    if tau_needed >= max_k + 1:
-        return 1.0
-    return bisect_acceptance(lambda a: expected_tokens(a, max_k) >= tau_needed)
 
 
 def bisect_acceptance(wins) -> float:

@@ -223,15 +223,9 @@ class Forecast:
             return stream
         return stream + self.shadow_share(stream) * shadow
 
-    def speculation_wins_at(self, a: float) -> bool:
-        """Whether a draft of geometric per-position acceptance ``a`` beats the stream; a
-        ValueError until the round (round trip, forward) and the stream are both known."""
-        costs, cloud = self._round_costs(), self.stream_ms_per_token()
-        if costs is None or cloud is None:
-            raise ValueError("speculation_wins_at needs the round trip, the replica's forward and the stream's rate measured")
-        return self._wins_at(a, costs, cloud)
-
     def _wins_at(self, a: float, costs: list[tuple[float, float]], cloud: float) -> bool:
+        """Whether a draft of geometric per-position acceptance ``a`` beats the stream (``cloud``
+        ms/token) at its best k, for these round costs."""
         best = math.inf
         for k, (fresh, held) in enumerate(costs, 1):
             holds = a ** (k + 1)

@@ -1,12 +1,11 @@
-"""The Beta posterior on per-position acceptance and the break-even acceptance of a link."""
+"""The Beta posterior on per-position acceptance (the link's break-even a* is the planner's: test_planner.py)."""
 
 from __future__ import annotations
 
 import pytest
 from scipy import stats
 
-from edgespec.edge.acceptance import Acceptance, beta_upper_tail, break_even
-from edgespec.edge.policy import expected_tokens
+from edgespec.edge.acceptance import Acceptance, beta_upper_tail
 
 
 @pytest.mark.parametrize("x", [1e-4, 0.05, 0.2, 0.45, 0.6, 0.9, 0.9999])
@@ -24,13 +23,6 @@ def test_rounds_count_accepted_drafts_and_one_rejection():
         acceptance.add(0, 1)
     assert len(acceptance) == 16  # the recent rounds only
     assert acceptance.chance_at_least(0.2) < 0.01
-
-
-def test_break_even_is_where_a_round_commits_the_tokens_needed():
-    a = break_even(2.5, 16)
-    assert expected_tokens(a, 16) == pytest.approx(2.5)
-    assert break_even(0.8, 16) == 0.0  # one token a round already wins
-    assert break_even(17.0, 16) == 1.0  # not even a draft that is always right
 
 
 def test_a_new_texts_chance_is_the_share_of_texts_that_reached_it():

@@ -163,7 +163,7 @@ def test_a_lookup_point_mass_scores_as_the_chance_the_sample_equals_it():
     greedy.record_shadow(hits, 4)
     sampled.record_shadow_sampled([1.0 if hit else 0.0 for hit in hits], 4)
     assert greedy.est.acceptance.posterior == sampled.est.acceptance.posterior
-    assert greedy.est.acceptance.expected_tokens(8) == pytest.approx(sampled.est.acceptance.expected_tokens(8))
+    assert greedy.est.acceptance.by_position(8) == pytest.approx(sampled.est.acceptance.by_position(8))
 
 
 def test_the_shadow_costs_a_bounded_share_of_the_stream():
