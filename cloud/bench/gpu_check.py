@@ -32,8 +32,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import grpc
-
 REPO = Path(__file__).resolve().parents[2]
 NO_CUDA = "gpu_check: no CUDA device (torch.cuda.is_available() is False): run it on a machine with an NVIDIA GPU"
 
@@ -147,6 +145,8 @@ async def raw_session(stub, pb, fingerprint: str, vocab: int, k: int, rounds: in
 
 async def check_target(name: str, path: Path, address: str, args) -> int:
     """Greedy check, throughput and memory of one served target; returns the number of mismatches."""
+    import grpc  # here, not at the top: the device check imports this module's models on machines without gRPC
+
     from edgespec.v1 import speculative_pb2 as pb
     from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
