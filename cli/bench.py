@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 from edgespec.cli.flags import add_connection, add_deprecated, parse_counts, parse_fixed_k, parse_k
+from edgespec.cloud.bench.harness import BACKEND_ENV
+from edgespec.cloud.serving.config import BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,6 +47,8 @@ MODES = {
     "overhead": "the replica's CPU per verify message by phase (a featherweight target)",
     "sampling": "exact sampling per temperature, and lookup-only vs model + lookup vs model-only drafts",
     "planner": "k=auto against cloud-only and always speculating, per link, arms rotated prompt by prompt",
+    "backends": "the transformers and vLLM backends on the same prompts: cloud-only, speculative, concurrent sessions",
+    "eviction": "vLLM backend: sessions whose contexts exceed the engine's KV space, exact and at what cost",
 }
 SERVER_HELP = "measure an existing deployment at HOST:PORT (default: start a local Ray Serve)"
 
@@ -60,6 +64,8 @@ def with_default_mode(argv: list[str]) -> list[str]:
 def _pair(parser: argparse.ArgumentParser, *, prompts: bool = True) -> None:
     parser.add_argument("--target", type=Path, default=REPO / "models" / "demo" / "target", help="target model directory")
     parser.add_argument("--draft", type=Path, default=REPO / "models" / "demo" / "draft", help="ONNX draft directory")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help=f"the verifier's engine when the bench starts Serve (default {BACKENDS[0]}; also {BACKEND_ENV})")
     if prompts:
         parser.add_argument("--prompts", type=Path, default=REPO / "prompts" / "tuning.jsonl", help="tuning prompts (JSONL or text; a JSONL record with messages is rendered with the draft's chat template)")
         parser.add_argument("--prompt-limit", type=int, default=8, help="prompts per setting")
@@ -179,6 +185,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _max_new_tokens(sampling)
 
 
+    backends = modes["backends"]
+    _pair(backends)
+    _k(backends, default="auto")
+    _max_new_tokens(backends, 64)
+    _sessions(backends, "16", "concurrent speculative devices")
+    backends.add_argument("--backends", default=",".join(BACKENDS), help="which, in this order (default %(default)s)")
+
+    eviction = modes["eviction"]
+    _pair(eviction)
+    _sessions(eviction, "64", "sessions on the engine")
+    eviction.add_argument("--context", type=int, default=1024, help="tokens of each session's context (default %(default)s)")
+    eviction.add_argument("--rounds", type=int, default=2, help="rounds of each session, round-robin (default %(default)s)")
+    eviction.add_argument("--kv-bytes", type=int, default=256 << 20, help="the small KV space, bytes (default %(default)s)")
+
     planner = modes["planner"]
     _pair(planner)
     add_connection(planner, server_help=SERVER_HELP, required=False)
@@ -203,6 +223,8 @@ def _register_connection(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if getattr(args, "backend", None):  # read where the bench starts Serve, in this process or a child
+        os.environ[BACKEND_ENV] = args.backend
     if args.what == "overhead":  # its own target: no draft, no prompts
         from edgespec.cloud.bench.overhead import run_overhead
 
@@ -242,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
         return _spread(args, prompts, out, progress)
     if args.what == "planner":
         return _planner(args, prompts, out, progress)
+    if args.what == "backends":
+        return _backends(args, prompts, out, progress)
+    if args.what == "eviction":
+        return _eviction(args, prompts, out, progress)
     if args.what == "device-server":
         import json
 
@@ -272,6 +298,35 @@ def run(args: argparse.Namespace) -> int:
     print()
     for line in summary_lines(asdict(report)):
         print(f"  {line}")
+    return 0
+
+
+def _backends(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.backends import BackendsConfig, run_backends
+
+    names = tuple(name.strip() for name in args.backends.split(",") if name.strip())
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown or not names:
+        print(f"edgespec bench backends: --backends {args.backends!r}: choose from {', '.join(BACKENDS)}", file=sys.stderr)
+        return 2
+    config = BackendsConfig(target=args.target, draft=args.draft, prompts=prompts, backends=names, k=args.k,
+                            max_new_tokens=args.max_new_tokens, sessions=max(args.sessions))
+    report = run_backends(config, out, progress)
+    print(f"\nbackends report: {out / 'backends.md'}\n")
+    print((out / "backends.md").read_text())
+    return 0 if not any(row["concurrent_errors"] for row in report["rows"]) else 1
+
+
+def _eviction(args, prompts, out, progress) -> int:
+    from edgespec.cloud.bench.eviction import EvictionConfig, run_eviction
+    from edgespec.edge.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(args.target)
+    config = EvictionConfig(target=args.target, prompts=[tokenizer.encode(p).ids for p in prompts], sessions=max(args.sessions),
+                            context=args.context, rounds=args.rounds, kv_bytes=args.kv_bytes)
+    run_eviction(config, out, progress)
+    print(f"\neviction report: {out / 'eviction.md'}\n")
+    print((out / "eviction.md").read_text())
     return 0
 
 

@@ -48,6 +48,9 @@ CONFIG_FLAGS = {
     "api_keys_file": str,
     "api_keys_env": str,
     "first_message_timeout_s": float,  # --first-message-timeout-s: a stream's Open must arrive within it
+    "backend": str,  # --backend transformers|vllm (VerifierConfig.backend)
+    "tensor_parallel_size": int,  # vllm: GPUs per replica within a node
+    "pipeline_parallel_size": int,  # vllm: pipeline stages, across nodes
 }
 FLAG_NAMES = {"api_keys_file": "--api-keys", "api_keys_env": "--api-keys-env", "torch_threads": "--threads"}
 DEPRECATED_FLAGS = {"--torch-threads": "torch_threads"}  # old spelling -> field

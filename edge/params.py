@@ -227,8 +227,10 @@ class GenerationParams(SamplingParams):
 
 def served_mode(params: GenerationParams, modes: tuple[str, ...]) -> GenerationParams:
     """``params`` for a server that lists ``modes`` (``ServerInfo.modes``): coupled mode, new in
-    issue 26, falls back to exact on an older server (draws then keyed by round: the same
-    distribution, but a seed reproduces only at a fixed k). Otherwise ``params`` unchanged."""
-    if params.mode is Mode.COUPLED and Mode.COUPLED.value not in modes:
+    issue 26, falls back to exact on an older server that serves exact (draws then keyed by round:
+    the same distribution, but a seed reproduces only at a fixed k). Otherwise ``params``
+    unchanged: a server that serves neither (the vLLM backend: greedy only) refuses the mode at
+    Open, by name."""
+    if params.mode is Mode.COUPLED and Mode.COUPLED.value not in modes and Mode.EXACT.value in modes:
         return dataclasses.replace(params, mode=Mode.EXACT)
     return params

@@ -46,7 +46,9 @@ def pytest_ignore_collect(collection_path, config):
 # two pytest-xdist workers in this order (--no-loadscope-reorder), and the short ones then fill
 # in behind them. Only the wall time depends on this list; any order is correct.
 LONGEST_FIRST = (
+    "e2e/test_vllm_serve.py",
     "e2e/test_sampling_fit.py",
+    "cloud/serving/test_vllm_backend.py",
     "e2e/test_cluster.py",
     "e2e/test_real_target.py",
     "e2e/test_restart.py",

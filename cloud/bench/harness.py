@@ -119,6 +119,10 @@ class Summary:
         return asdict(self)
 
 
+# The verifier's engine for the Serve a bench starts (``edgespec bench --backend``): read from the
+# environment so that modes which run their arms in child processes start the same one.
+BACKEND_ENV = "EDGESPEC_BENCH_BACKEND"
+
 class Harness:
     """A target served by Ray Serve and a client with the ONNX draft, for measurements."""
 
@@ -180,14 +184,16 @@ class Harness:
         from edgespec.cloud.serving.app import init_ray, serve_verifier
         from edgespec.cloud.serving.config import DeploymentOptions, VerifierConfig
 
-        self.progress(f"starting Ray Serve with {self.target} (CPU, {torch_threads} torch thread(s)) ...")
+        self.progress(f"starting Ray Serve with {self.target} (CPU, {torch_threads} thread(s), "
+                      f"{os.environ.get(BACKEND_ENV, 'transformers')} backend) ...")
         started = time.perf_counter()
         # The replicas' logs stay in Ray's log folder (/tmp/ray/session_latest/logs), off this terminal.
         init_ray(num_cpus=max(2, os.cpu_count() or 2), ingress=ingress, log_to_driver=False)
         port = free_port()
+        backend = os.environ.get(BACKEND_ENV, "transformers")
         config = VerifierConfig(
             model=str(self.target), device="cpu", torch_threads=torch_threads, max_sessions=max_sessions,
-            max_batch_size=max_sessions, max_new_tokens=8192,
+            max_batch_size=max_sessions, max_new_tokens=8192, backend=backend,
         )
         options = DeploymentOptions(num_cpus=1 if replicas == 1 else 0.5, num_replicas=replicas)
         address = serve_verifier(config, options, grpc_port=port, http_port=free_port(), timeout_s=600)

@@ -53,7 +53,8 @@ class Admission:
                 f"replica at capacity ({self.max_sessions} sessions): retry later or add replicas (retry after 1s)",
             )
         need = max(self.reservation(state), 1)
-        if self.reserved_bytes + need > self.max_kv_bytes:
+        # max_kv_bytes 0: the backend pins no KV per session (vLLM's cache evicts and recomputes)
+        if self.max_kv_bytes and self.reserved_bytes + need > self.max_kv_bytes:
             raise status_error(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"replica KV cache budget full: this session needs {need} bytes, {self.max_kv_bytes - self.reserved_bytes} "

@@ -38,12 +38,13 @@ def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
     from edgespec.cloud.serving.deployment import VerifierDeployment
 
     options = options or DeploymentOptions()
-    actor_options = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options}
+    actor_options = replica_actor_options(config, options)
     actor_options["runtime_env"] = replica_runtime_env(actor_options.get("runtime_env"))
     autoscaling = options.autoscaling(config)
     placement: dict[str, Any] = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
     return VerifierDeployment.options(
         **placement,
+        **gpu_placement(config, options),
         max_ongoing_requests=max_ongoing_requests(config, options),
         # Requests beyond max_ongoing_requests wait, a bounded few; the rest are refused at once.
         max_queued_requests=options.max_queued_requests,
@@ -76,6 +77,26 @@ def build(args: dict[str, Any]):
     return build_app(VerifierConfig.from_dict(args), options)
 
 
+def gpu_placement(config: VerifierConfig, options: DeploymentOptions) -> dict[str, Any]:
+    """A replica whose target spans several GPUs (vLLM, tensor x pipeline parallel) reserves one
+    placement-group bundle per GPU, as ``ray.serve.llm`` does: the replica's own CPUs share the
+    first, and vLLM's Ray executor places one worker in each. Tensor parallelism stays inside a
+    node (STRICT_PACK); pipeline stages may span nodes (PACK). Empty for a one-GPU target."""
+    gpus = config.gpus_per_replica
+    if gpus <= 1 or config.device == "cpu":  # a CPU engine's workers are processes of the replica's node
+        return {}
+    return {
+        "placement_group_bundles": [{"CPU": options.num_cpus, "GPU": 1.0}] + [{"GPU": 1.0} for _ in range(gpus - 1)],
+        "placement_group_strategy": "STRICT_PACK" if config.pipeline_parallel_size == 1 else "PACK",
+    }
+
+
+def replica_actor_options(config: VerifierConfig, options: DeploymentOptions) -> dict[str, Any]:
+    """The replica actor's resources: its own GPU, or none where its workers hold the bundles' GPUs."""
+    gpus = 0.0 if config.gpus_per_replica > 1 else options.num_gpus
+    return {"num_cpus": options.num_cpus, "num_gpus": gpus, **options.ray_actor_options}
+
+
 def deployment_override(config: VerifierConfig, options: DeploymentOptions) -> dict[str, Any]:
     """The verifier's entry under a Serve config's ``deployments:``: the replica count or
     autoscaling, resources and the drain bound. Serve applies a change to ``num_replicas`` or
@@ -88,10 +109,11 @@ def deployment_override(config: VerifierConfig, options: DeploymentOptions) -> d
     return {
         "name": DEPLOYMENT_NAME,
         **placement,
+        **gpu_placement(config, options),
         "max_ongoing_requests": max_ongoing_requests(config, options),
         "max_queued_requests": options.max_queued_requests,
         "graceful_shutdown_timeout_s": options.graceful_shutdown_timeout_s,
-        "ray_actor_options": {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, **options.ray_actor_options},
+        "ray_actor_options": replica_actor_options(config, options),
     }
 
 

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from typing import AsyncGenerator, Protocol
 
 import grpc
 
@@ -33,6 +34,7 @@ from edgespec.cloud.serving.accept import Outcome, Row, accept_rows
 from edgespec.cloud.serving.config import VerifierConfig
 from edgespec.cloud.serving.kv_pool import PoolExhausted
 from edgespec.edge.errors import ServerError, status_error
+from edgespec.edge.params import Mode, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,27 @@ class BackendInfo:
     description: dict
     can_verify_trees: bool = False  # the packed path serves it: trees (and batches) work
     kv_page_tokens: int = 1  # the KV pool's page: a session holds whole pages
-    kv_pool_bytes: int = 0  # the KV pool's size (the admission budget)
+    kv_pool_bytes: int = 0  # the KV pool's size (the admission budget); 0: nothing pinned per session
+    modes: frozenset[Mode] = frozenset(Mode)  # verification modes served; others are refused at Open
+
+
+class ContinuousBackend(Protocol):
+    """A backend that batches sessions' requests itself (``vllm_backend.VllmBackend``): the replica
+    awaits each session's call as it comes, with no model thread and no batch scheduler between."""
+
+    info: BackendInfo
+    continuous: bool
+
+    async def open(self, key: int, prefix: list[int]) -> None: ...
+
+    async def verify(self, row: Row, context: list[int]) -> Outcome: ...
+
+    def decode(self, key: int, context: list[int], sampling: SamplingParams, max_tokens: int,
+               stop_ids: frozenset[int]) -> AsyncGenerator[list[int], None]: ...
+
+    def close(self, key: int) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class BackendError(RuntimeError):
@@ -252,5 +274,10 @@ class ProcessBackend:
                 self.process.kill()
 
 
-def make_backend(config: VerifierConfig) -> LocalBackend | ProcessBackend:
+def make_backend(config: VerifierConfig) -> LocalBackend | ProcessBackend | ContinuousBackend:
+    """The backend ``config`` asks for: transformers in this process or a child, or vLLM."""
+    if config.backend == "vllm":
+        from edgespec.cloud.serving.vllm_backend import VllmBackend
+
+        return VllmBackend(config)
     return ProcessBackend(config) if config.engine_process else LocalBackend(config)

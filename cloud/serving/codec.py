@@ -15,9 +15,6 @@ from edgespec.edge.params import Finish, Mode
 from edgespec.edge.wire import FINISH_TO_WIRE, MODE_FROM_WIRE, MODE_TO_WIRE, sampling_from_proto
 from edgespec.v1 import speculative_pb2 as pb
 
-SERVED_MODES = [MODE_TO_WIRE[mode] for mode in Mode]
-
-
 def _sampling(message: pb.SamplingParams):
     try:
         return sampling_from_proto(message)
@@ -144,7 +141,7 @@ def info_to_proto(limits, config, *, version: str, forward_ms: float, decode_ms:
         vocab_size=limits.vocab_size,
         max_context=limits.max_context,
         max_k=limits.max_k,
-        modes=SERVED_MODES,
+        modes=[MODE_TO_WIRE[mode] for mode in Mode if mode in limits.modes],
         max_new_tokens=limits.max_new_tokens,
         version=version,
         forward_ms=forward_ms,

@@ -15,6 +15,7 @@ from typing import Any
 from edgespec.edge.settings import build_config
 
 DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
+BACKENDS = ("transformers", "vllm")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,18 @@ class VerifierConfig:
             Python code never holds the replica's GIL while drafts arrive and a crashed engine
             fails the replica's health check. Off by default: on 2 shared CPU cores the extra
             process cost ~13% of verify throughput at 16 sessions (scripts/bench_verify.py).
+        backend: the engine the target runs on. "transformers" (the default): our own engine, a
+            paged KV pool in the replica, the replica's batch scheduler, every verification mode and
+            trees; each session's KV is reserved for its whole life. "vllm": vLLM's ``AsyncLLM``
+            (``vllm_backend.py``; ``pip install edgespec[vllm]``): continuous batching, KV kept in
+            vLLM's prefix cache (evictable while a device is away, recomputed on its return),
+            targets split over GPUs; greedy speculation and Generate (greedy or sampled) only.
+        tensor_parallel_size: GPUs one replica splits the target over within a node (vllm only).
+        pipeline_parallel_size: pipeline stages of the target, across nodes (vllm only). The
+            replica reserves one placement-group bundle per GPU (tensor x pipeline).
+        engine_args: further vLLM ``AsyncEngineArgs`` (vllm only), e.g. ``gpu_memory_utilization``,
+            ``block_size``, ``kv_cache_memory_bytes``; they override what the verifier derives.
+            On the CPU the KV space is ``max_kv_bytes`` unless given here.
         profile_cpu: keep a ledger of the replica's CPU per verify message by phase (decode,
             validation, scheduling, encode, ...; ``cpu_ledger.py``), read by ``edgespec bench
             overhead``. Off by default (two clock reads per phase when on).
@@ -104,6 +117,10 @@ class VerifierConfig:
     max_kv_bytes: int = 4 << 30
     max_q_entries: int = 1024
     model_stuck_s: float = 120.0
+    backend: str = "transformers"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    engine_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -136,6 +153,24 @@ class VerifierConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        _positive(self, "tensor_parallel_size", "pipeline_parallel_size")
+        if self.backend != "vllm":
+            if self.gpus_per_replica > 1:
+                raise ValueError("tensor_parallel_size and pipeline_parallel_size need backend: vllm (the transformers "
+                                 "backend runs a target on one device)")
+            if self.engine_args:
+                raise ValueError("engine_args are vLLM's: set backend: vllm, or remove them")
+        elif self.engine_process:
+            raise ValueError("engine_process is the transformers backend's: vLLM's engine core always runs in its own process")
+        if not isinstance(self.engine_args, dict) or not all(isinstance(name, str) for name in self.engine_args):
+            raise ValueError(f"engine_args must be a mapping of vLLM engine argument names to values, got {self.engine_args!r}")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """The devices one replica's target spans (tensor x pipeline parallel)."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "") -> "VerifierConfig":
@@ -206,7 +241,9 @@ class DeploymentOptions:
         if not self.autoscaling_config:
             return None
         policy = {"min_replicas": 1, "upscale_delay_s": 30.0, "downscale_delay_s": 300.0, **self.autoscaling_config}
-        policy.setdefault("target_ongoing_requests", target_ongoing_requests(config.max_sessions, config.max_batch_size))
+        # vLLM batches every session it holds (max_batch_size is the transformers backend's packed forward)
+        batch = config.max_sessions if config.backend == "vllm" else config.max_batch_size
+        policy.setdefault("target_ongoing_requests", target_ongoing_requests(config.max_sessions, batch))
         return policy
 
     @property

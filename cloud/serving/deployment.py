@@ -202,9 +202,28 @@ class VerifierDeployment:
             self.metrics.discarded_block()
             return discarded(message.round_no)
         self.admission.quotas.check_tokens(session.key)
-        verdict = await self.batches.submit(VerifyItem(session, block))
+        verdict = await self._verify(VerifyItem(session, block))
         self.admission.quotas.charge(session.key, verdict.emitted)
         return verdict
+
+    async def _verify(self, item: VerifyItem):
+        """A round's verdict: from the next batched forward, or, on a backend that batches by
+        itself (vLLM), from its own request."""
+        if not self.verifier.continuous:
+            return await self.batches.submit(item)
+        verdict = await self.verifier.verify_now(item)
+        self._on_batch([item], [verdict])
+        return verdict
+
+    async def _decode_steps(self, session: SessionState):
+        """Generate's verdicts, a token each: scheduled decoding steps, or the engine's own stream."""
+        if self.verifier.continuous:
+            async for verdict in self.verifier.decode_stream(session):
+                self._on_batch([VerifyItem(session, None)], [verdict])
+                yield verdict
+            return
+        while True:
+            yield await self.batches.submit(VerifyItem(session, None))
 
     # The synchronous phases of a round, apart so that cpu_ledger.py can time them.
 
@@ -275,8 +294,11 @@ class VerifierDeployment:
         state = self.verifier.admit(request, generate=generate)
         self.admission.acquire(state, key)
         try:
-            for job in self.verifier.prefill_jobs(state):
-                await self.model.run(job)
+            if self.verifier.continuous:
+                await self.verifier.open_now(state)
+            else:
+                for job in self.verifier.prefill_jobs(state):
+                    await self.model.run(job)
         except BaseException:
             # Cancelled mid-prefill (or failed): the cache is freed after the job in flight.
             self._release(state)
@@ -293,15 +315,16 @@ class VerifierDeployment:
 
     async def Generate(self, request: pb.GenerateRequest, grpc_context=None):
         session: SessionState | None = None
-        key, released = None, False
+        key, released, steps = None, False, None
         try:
             key = self._authenticate(grpc_context)
             request = _checked(request, "GenerateRequest")
             session = await self._admit(codec.generate_from_proto(request), key, generate=True)
+            steps = self._decode_steps(session)
             last_reply = None
             while not session.finished:
                 self.admission.quotas.check_tokens(key)
-                verdict = await self.batches.submit(VerifyItem(session, None))
+                verdict = await anext(steps)
                 last_reply = self._stream_interval(last_reply, verdict)
                 self.admission.quotas.charge(key, verdict.emitted)
                 moving = self._moving(verdict.finish is not Finish.NONE, generate=True)
@@ -319,6 +342,8 @@ class VerifierDeployment:
                 raise
             raise self._status(grpc_context, exc, "generate", key) from None
         finally:
+            if steps is not None:
+                await steps.aclose()
             if session is not None and not released:
                 self._release(session)
 

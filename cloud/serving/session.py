@@ -53,6 +53,8 @@ class Limits:
     default_max_new_tokens: int
     tokenizer_fingerprint: str
     max_tree_tokens: int = 0  # 0: chains only
+    modes: frozenset[Mode] = frozenset(Mode)  # verification modes the backend serves
+    backend: str = "transformers"  # named in refusals of a mode it does not serve
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,12 @@ def open_session(req: OpenRequest, limits: Limits, *, generate: bool = False) ->
             )
         if req.mode is not Mode.GREEDY and req.sampling.is_greedy:
             raise invalid(f"mode {req.mode.value} samples: set sampling.temperature > 0, or use greedy mode")
+        if req.mode not in limits.modes:
+            served = ", ".join(sorted(mode.value for mode in limits.modes))
+            raise precondition(
+                f"mode {req.mode.value} is not served by this verifier's {limits.backend} backend (it serves: {served}); "
+                "use one of those (coupled mode samples losslessly with any draft), or a verifier on the transformers backend"
+            )
     if not req.prompt_ids:
         raise invalid("prompt_ids is empty: send at least one token")
     check_token_ids(req.prompt_ids, limits.vocab_size, "prompt_ids")

@@ -11,6 +11,10 @@ Each session's cache is rolled back to its committed length at the start of its 
 
 A step with no drafts is a plain decoding step: that is how ``Generate`` (cloud-only
 generation, the baseline) shares the same batched forward as speculative sessions.
+
+A backend that batches by itself (``continuous``: vLLM) is called per session instead: each round
+is ``verify_now`` as it arrives, and ``Generate`` is the engine's own streaming decode
+(``decode_stream``), committed token by token through the same ``commit_round``.
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import AsyncIterator, Callable, cast
 
 from edgespec.cloud.serving.accept import Row
-from edgespec.cloud.serving.backend import make_backend
+from edgespec.cloud.serving.backend import BackendError, ContinuousBackend, LocalBackend, ProcessBackend, make_backend
 from edgespec.cloud.serving.engine import PREFILL_CHUNK
 from edgespec.cloud.serving.config import VerifierConfig
-from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, open_session, commit_round
+from edgespec.cloud.serving.session import DraftBlock, Limits, OpenRequest, SessionState, Verdict, commit_round, open_session
 from edgespec.edge.params import Finish
 
 log = logging.getLogger("ray.serve")
@@ -57,6 +61,12 @@ class VerifyItem:
         )
 
 
+def _cache_key(state: SessionState) -> int:
+    if state.cache_key is None:
+        raise RuntimeError("the session's cache was freed")
+    return state.cache_key
+
+
 class Verifier:
     def __init__(self, config: VerifierConfig, backend=None):
         """``backend``: where the target runs; by default the one ``config`` asks for."""
@@ -71,6 +81,8 @@ class Verifier:
             default_max_new_tokens=config.default_max_new_tokens,
             tokenizer_fingerprint=info.tokenizer_fingerprint,
             max_tree_tokens=config.max_tree_tokens if info.can_verify_trees else 0,
+            modes=info.modes,
+            backend=config.backend,
         )
         self._keys = itertools.count(1)
 
@@ -83,10 +95,10 @@ class Verifier:
     def prefill_jobs(self, state: SessionState) -> list[Callable[[], None]]:
         """The model-thread jobs that build the session's cache over the prompt (all but its last
         token), one forward each: between them the replica verifies other sessions' drafts."""
-        prefix = state.committed[:-1]
-        jobs: list[Callable[[], None]] = [partial(self.backend.open, state.cache_key, [])]
+        prefix, backend, key = state.committed[:-1], cast(LocalBackend | ProcessBackend, self.backend), _cache_key(state)
+        jobs: list[Callable[[], None]] = [partial(backend.open, key, [])]
         for start in range(0, len(prefix), PREFILL_CHUNK):
-            jobs.append(partial(self.backend.extend, state.cache_key, prefix[start : start + PREFILL_CHUNK]))
+            jobs.append(partial(backend.extend, key, prefix[start : start + PREFILL_CHUNK]))
         return jobs
 
     def start(self, request: OpenRequest, *, generate: bool = False) -> SessionState:
@@ -102,12 +114,51 @@ class Verifier:
             self.backend.close(state.cache_key)
             state.cache_key = None
 
+    @property
+    def continuous(self) -> bool:
+        """The backend batches sessions' requests itself: no model thread, no batch scheduler."""
+        return getattr(self.backend, "continuous", False)
+
+    @property
+    def _continuous(self) -> ContinuousBackend:
+        return cast(ContinuousBackend, self.backend)
+
+    async def open_now(self, state: SessionState) -> None:
+        """A continuous backend's prefill: the prompt (all but its last token) into its cache."""
+        await self._continuous.open(_cache_key(state), state.committed[:-1])
+
+    async def verify_now(self, item: VerifyItem) -> Verdict:
+        """One session's round on a continuous backend, committed as ``step`` commits a batch's."""
+        started = time.perf_counter()
+        outcome = await self._continuous.verify(item.row(), item.state.committed[:-1])
+        return self._commit_batch([item], [outcome], (time.perf_counter() - started) * 1000.0)[0]
+
+    async def decode_stream(self, state: SessionState) -> AsyncIterator[Verdict]:
+        """A Generate stream on a continuous backend: the engine decodes on its own, and each token
+        it streams is committed as a round with no drafts (stop tokens, length and context apply)."""
+        budget = min(state.max_new_tokens - state.generated, state.context_room)
+        last = time.perf_counter()
+        stream = self._continuous.decode(_cache_key(state), state.committed, state.spec.sampling, budget, state.stop_ids)
+        try:
+            async for tokens in stream:
+                now = time.perf_counter()
+                step_ms, last = (now - last) * 1000.0 / len(tokens), now
+                for token in tokens:
+                    round_no = state.next_round
+                    _, token, finish = commit_round(state, [], 0, token)
+                    yield Verdict(round_no, 0, token, finish, verify_ms=step_ms)
+                    if state.finished:
+                        return
+            raise BackendError(f"the engine's stream ended after {state.generated} tokens, before the request finished")
+        finally:
+            await stream.aclose()  # ends the engine's request when the stream stops early
+
     def step(self, items: list[VerifyItem]) -> list[Verdict | Exception]:
         """Verifies a batch. When the batch forward fails, each session is verified alone, so
         a row that fails (its result is the exception) fails only its own session."""
         started = time.perf_counter()
         try:
-            raw = self.backend.verify([item.row() for item in items])
+            raw = cast(LocalBackend | ProcessBackend, self.backend).verify([item.row() for item in items])
         except Exception as exc:
             if len(items) == 1:
                 raise

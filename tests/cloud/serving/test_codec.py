@@ -49,8 +49,23 @@ def test_draft_q_and_verdict():
     assert not codec.verdict_to_proto(Verdict(3, 0, 8, Finish.NONE)).verdict.finished
 
 
-def test_info_lists_every_mode():
-    assert sorted(codec.SERVED_MODES) == [pb.VERIFY_MODE_GREEDY, pb.VERIFY_MODE_EXACT, pb.VERIFY_MODE_TOKEN, pb.VERIFY_MODE_COUPLED]
+def test_info_lists_the_modes_the_backend_serves():
+    from types import SimpleNamespace
+
+    from edgespec.cloud.serving.session import Limits
+    from edgespec.edge.params import Mode
+
+    config = SimpleNamespace(model_id="m", max_sessions=4, session_idle_timeout_s=30.0, first_message_timeout_s=10.0,
+                             default_max_new_tokens=64, max_q_entries=1024)
+
+    def modes(**served):
+        limits = Limits(vocab_size=100, max_context=512, max_k=8, max_new_tokens=256, default_max_new_tokens=64,
+                        tokenizer_fingerprint="fp", **served)
+        return sorted(codec.info_to_proto(limits, config, version="v", forward_ms=0.0, decode_ms=0.0, stream_ms=0.0,
+                                          max_message_bytes=1000, auth_required=False).modes)
+
+    assert modes() == [pb.VERIFY_MODE_GREEDY, pb.VERIFY_MODE_EXACT, pb.VERIFY_MODE_TOKEN, pb.VERIFY_MODE_COUPLED]
+    assert modes(modes=frozenset({Mode.GREEDY})) == [pb.VERIFY_MODE_GREEDY]
 
 
 def test_a_draft_is_read_field_by_field():
