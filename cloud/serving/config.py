@@ -16,6 +16,7 @@ from edgespec.edge.settings import build_config
 
 DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
 BACKENDS = ("transformers", "vllm")
+BATCH_WAIT_FOR = ("returning", "all")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class VerifierConfig:
             open sessions to send their drafts before the forward starts (it starts at once
             when every open session is in). 0 batches only what queued during the previous
             forward; a few ms lets sessions that are a round trip away join (see scheduler.py).
+        batch_wait_for: which open sessions that wait is for. "returning" (the default): only
+            those whose next draft is expected within it, from each session's measured round
+            trip (a Generate stream always: its next step follows at once); a speculative
+            session on a slow link, tens of ms away, no longer holds every forward for the
+            whole wait. "all": every open session (the rule before, kept for comparison).
         torch_threads: intra-op threads for the target (pin to 1 when sharing cores).
         dtype: weights, activations and KV pool dtype; "auto" (the default) is bfloat16 on a
             GPU and float32 on the CPU; an explicit name is used as given.
@@ -101,6 +107,7 @@ class VerifierConfig:
     max_sessions: int = 64
     max_batch_size: int = 32
     batch_wait_timeout_s: float = 0.005
+    batch_wait_for: str = "returning"
     torch_threads: int = 1
     dtype: str = "auto"
     device: str = "auto"
@@ -147,6 +154,8 @@ class VerifierConfig:
             raise ValueError(f"max_tree_tokens must be >= 0 (0 = chains only), got {self.max_tree_tokens}")
         if self.batch_wait_timeout_s < 0:
             raise ValueError(f"batch_wait_timeout_s must be >= 0, got {self.batch_wait_timeout_s}")
+        if self.batch_wait_for not in BATCH_WAIT_FOR:
+            raise ValueError(f"batch_wait_for must be one of {BATCH_WAIT_FOR}, got {self.batch_wait_for!r}")
         if self.session_idle_timeout_s <= 0:
             raise ValueError(f"session_idle_timeout_s must be > 0, got {self.session_idle_timeout_s}")
         if self.dtype not in DTYPES:

@@ -103,6 +103,12 @@ def _checked(message, what: str):
     return message
 
 
+def _returning_session(item: VerifyItem) -> int | None:
+    """The scheduler's name for an item's session: its state's id (forgotten at release); None
+    for a Generate step, whose next step follows at once: never tracked, always waited for."""
+    return id(item.state) if item.block is not None else None
+
+
 @serve.deployment(name=DEPLOYMENT_NAME)
 class VerifierDeployment:
     def __init__(self, config: dict[str, Any]):
@@ -133,6 +139,7 @@ class VerifierDeployment:
             wait_s=self.config.batch_wait_timeout_s,
             expected=lambda: self.admission.active,
             on_batch=self._on_batch,
+            session=_returning_session if self.config.batch_wait_for == "returning" else None,
         )
         self.drain = DrainWatch()
         self.replica_id = _replica_id()
@@ -254,6 +261,10 @@ class VerifierDeployment:
         """The replica's CPU ledger (``cpu_ledger.py``): read through a Serve handle by ``bench overhead``."""
         return self.ledger.snapshot()
 
+    def gather_stats(self) -> dict:
+        """How long forwards waited for more sessions (``scheduler.GatherStats``), through a Serve handle."""
+        return self.batches.stats.to_dict() | {"batch_wait_for": self.config.batch_wait_for}
+
     async def _next_message(self, requests: AsyncIterator, *, first: bool, key: ApiKey | None = None,
                             expecting: str = "Open"):
         """The stream's next message; the first one within first_message_timeout_s, holding one of
@@ -308,6 +319,7 @@ class VerifierDeployment:
 
     def _release(self, session: SessionState) -> None:
         self.admission.release(session)
+        self.batches.forget(id(session))
         self.model.submit(self.verifier.finish, session)  # frees the session's KV cache
         self.metrics.session_closed(self.admission.active)
 
