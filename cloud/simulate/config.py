@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from edgespec.cloud.link.profiles import LinkProfile, get_profile
+from edgespec.cloud.serving.config import BATCH_WAIT_FOR
 
 LinkMix = tuple[tuple[LinkProfile, float], ...]
 
@@ -66,8 +67,11 @@ class FleetConfig:
         max_batch_size: most rows in one replica forward.
         batch_wait_ms: the replica's batch_wait_timeout_s, in ms (``cloud/serving/scheduler.py``):
             once the model is free, a batch waits at most this long for more of the open
-            sessions and starts at once when every open session is in. 0 takes only what
-            queued during the previous forward. Default 5, as the server's.
+            sessions and starts at once when none of those not yet in is expected back by then.
+            0 takes only what queued during the previous forward. Default 5, as the server's.
+        batch_wait_for: the replica's batch_wait_for: "returning" (the default, as the
+            server's) waits only for the sessions expected back within the wait, "all" for
+            every open session.
         draft_ahead: while a block is in flight the device drafts on, assuming full
             acceptance; that work counts only if the target's bonus token matches the
             draft's next guess (probability: the acceptance at the next position).
@@ -84,6 +88,7 @@ class FleetConfig:
     duration_s: float | None = None
     max_batch_size: int = 32
     batch_wait_ms: float = 5.0
+    batch_wait_for: str = "returning"
     draft_ahead: bool = False
     start_spread_ms: float = 0.0
     seed: int = 0
@@ -108,6 +113,8 @@ class FleetConfig:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         if not self.batch_wait_ms >= 0:
             raise ValueError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
+        if self.batch_wait_for not in BATCH_WAIT_FOR:
+            raise ValueError(f"batch_wait_for must be one of {BATCH_WAIT_FOR}, got {self.batch_wait_for!r}")
         if not self.start_spread_ms >= 0:
             raise ValueError(f"start_spread_ms must be >= 0, got {self.start_spread_ms}")
 
@@ -126,6 +133,7 @@ class FleetConfig:
         ahead = ", draft-ahead" if self.draft_ahead else ""
         return (
             f"{self.devices} device(s) [{mix}], {self.replicas} replica(s) (max batch {self.max_batch_size}"
-            f"{f', wait {self.batch_wait_ms:g} ms' if self.batch_wait_ms else ''}), "
+            f"{f', wait {self.batch_wait_ms:g} ms' if self.batch_wait_ms else ''}"
+            f"{' for all' if self.batch_wait_ms and self.batch_wait_for == 'all' else ''}), "
             f"k={self.k}{ahead}, {budget}, seed {self.seed}"
         )

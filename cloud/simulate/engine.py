@@ -11,8 +11,11 @@ Each replica has three shared resources, each a FIFO:
   of the replica, in either direction, occupies it for its service time;
 - the **batch scheduler** (``cloud/serving/scheduler.py``, replicated exactly): a batch is gathered
   only once the model is free: whatever queued during the previous forward plus, for at most
-  ``batch_wait_ms``, more of the open sessions; it closes early when every open session is
-  in, and takes at most ``max_batch_size`` rows; it shares the replica's event loop with the
+  ``batch_wait_ms``, more of the open sessions; it closes early when none of the open sessions
+  not yet in is expected back by the deadline (the scheduler's own ``gather_wait`` and
+  ``ReturnTimes``: a session is expected when its last verdict left plus its measured return
+  interval; a Generate stream always; with ``batch_wait_for="all"``, when every open session is
+  in), and takes at most ``max_batch_size`` rows; it shares the replica's event loop with the
   ingress, so a batch cannot close while the ingress is busy (a gather's timer fires only when
   the loop is free: rows whose messages are being handled get in, as the replica's batches
   stay whole where a slower loop would split them);
@@ -64,6 +67,7 @@ from functools import partial
 from typing import Callable
 
 from edgespec.cloud.link.profiles import DirectionSchedule, LinkProfile
+from edgespec.cloud.serving.scheduler import ReturnTimes, gather_wait
 from edgespec.cloud.simulate.calibration import Calibration
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.result import PathResult, SimResult
@@ -106,6 +110,10 @@ class _Replica:
     in_forward: bool = False  # the scheduler awaits a forward
     gathering: bool = False  # the model is free and a batch is being gathered
     gather_id: int = 0  # invalidates a deadline or close scheduled for an earlier batch
+    gather_started_ms: float = 0.0
+    gather_deadline_ms: float = 0.0
+    gather_wait_ms: float = 0.0  # summed over gathers: the model free with rows queued, waiting for more
+    returns: ReturnTimes = field(default_factory=ReturnTimes)  # when each session is expected back
     ingress_free_ms: float = 0.0
     model_free_ms: float = 0.0
     busy_ms: float = 0.0  # on the model (forwards and prefills)
@@ -300,7 +308,13 @@ class FleetSimulation:
         self._at(done, partial(then, device))
 
     def _release(self, device: _Device) -> None:
-        self.replicas[device.replica].open_sessions -= 1
+        replica = self.replicas[device.replica]
+        replica.open_sessions -= 1
+        replica.returns.forget(device)
+
+    def _session(self, device: _Device) -> _Device | None:
+        """The scheduler's name for a device's session; None for a Generate stream (back at once)."""
+        return device if self.path == SPECULATIVE else None
 
     def _on_model(self, replica: _Replica, duration_ms: float) -> float:
         """Queues ``duration_ms`` of work on the model thread; returns when it ends."""
@@ -312,6 +326,8 @@ class FleetSimulation:
     def _enqueue(self, device: _Device) -> None:
         replica = self.replicas[device.replica]
         replica.queue.append(device)
+        if (session := self._session(device)) is not None:
+            replica.returns.arrived(session, self.now)
         if replica.in_forward:
             return  # joins the batch gathered once the forward ends
         if replica.gathering:
@@ -323,15 +339,25 @@ class FleetSimulation:
         """The model is free and a row waits: the other open sessions get batch_wait_ms to join."""
         replica.gathering = True
         replica.gather_id += 1
+        replica.gather_started_ms = self.now
+        replica.gather_deadline_ms = self.now + self.config.batch_wait_ms
         if self.config.batch_wait_ms > 0:
-            deadline = self.now + self.config.batch_wait_ms
-            self._at(deadline, partial(self._close_batch, replica, replica.gather_id), priority=1)
+            self._at(replica.gather_deadline_ms, partial(self._close_batch, replica, replica.gather_id), priority=1)
         self._check_gather(replica)
 
     def _check_gather(self, replica: _Replica) -> None:
-        expected = min(self.config.max_batch_size, max(replica.open_sessions, 1))
-        if len(replica.queue) >= expected or self.config.batch_wait_ms == 0:
+        if self._wait_left(replica) <= 0:
             self._at(self.now, partial(self._close_batch, replica, replica.gather_id), priority=1)
+
+    def _wait_left(self, replica: _Replica) -> float:
+        """How much longer the gather waits (``BatchScheduler._wait_left``)."""
+        deadline = replica.gather_deadline_ms
+        if len(replica.queue) >= self.config.max_batch_size or self.now >= deadline:
+            return 0.0
+        if self.config.batch_wait_for == "all":
+            return deadline - self.now if len(replica.queue) < max(replica.open_sessions, 1) else 0.0
+        present = [self._session(device) for device in replica.queue]
+        return gather_wait(self.now, deadline, replica.returns.away(replica.open_sessions, present))
 
     def _close_batch(self, replica: _Replica, gather_id: int) -> None:
         if not replica.gathering or gather_id != replica.gather_id:
@@ -343,6 +369,7 @@ class FleetSimulation:
             return
         replica.gathering = False
         replica.gather_id += 1
+        replica.gather_wait_ms += self._within_run(replica.gather_started_ms, self.now)
         size = min(len(replica.queue), self.config.max_batch_size)
         rows = [replica.queue.popleft() for _ in range(size)]
         tokens_per_row = max(d.k + 1 for d in rows) if self.path == SPECULATIVE else 1
@@ -354,6 +381,8 @@ class FleetSimulation:
     def _finish_batch(self, replica: _Replica, rows: list[_Device]) -> None:
         replica.in_forward = False
         for device in rows:
+            if (session := self._session(device)) is not None:
+                replica.returns.left(session, self.now)
             if self.path == SPECULATIVE:
                 device.accepted_now = self._draw_accepted(device)
                 self._send_down(device, self.cal.down_bytes_per_round, partial(self._verdict, device))
@@ -393,6 +422,7 @@ class FleetSimulation:
             batch_sizes=dict(batch_sizes),
             devices_without_tokens=sum(1 for d in self.devices if d.tokens == 0),
             ingress_busy_ms=[r.ingress_busy_ms for r in self.replicas],
+            gather_wait_ms=sum(r.gather_wait_ms for r in self.replicas),
         )
 
 
@@ -416,6 +446,7 @@ def simulate(config: FleetConfig, calibration: Calibration | None = None, *, bas
         "duration_s": config.duration_s,
         "max_batch_size": config.max_batch_size,
         "batch_wait_ms": config.batch_wait_ms,
+        "batch_wait_for": config.batch_wait_for,
         "draft_ahead": config.draft_ahead,
         "start_spread_ms": config.start_spread_ms,
         "seed": config.seed,

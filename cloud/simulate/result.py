@@ -40,6 +40,7 @@ class PathResult:
     batch_sizes: dict[int, int]  # batch size -> forwards of that size
     devices_without_tokens: int = 0
     ingress_busy_ms: list[float] = field(default_factory=list)
+    gather_wait_ms: float = 0.0  # summed over forwards: the model free with rows queued, waiting for more
 
     @property
     def mean_ms_per_token(self) -> float:
@@ -72,6 +73,12 @@ class PathResult:
     @property
     def forwards(self) -> int:
         return sum(self.batch_sizes.values())
+
+    @property
+    def mean_gather_wait_ms(self) -> float:
+        """How long a forward waited for more rows once the model was free, averaged over forwards."""
+        forwards = self.forwards
+        return self.gather_wait_ms / forwards if forwards else 0.0
 
     @property
     def mean_batch_size(self) -> float:
@@ -107,6 +114,7 @@ class PathResult:
             "replica_utilisation": self.utilisation,
             "ingress_utilisation": self.ingress_utilisation,
             "mean_batch_size": self.mean_batch_size,
+            "mean_gather_wait_ms": self.mean_gather_wait_ms,
             "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
             "sim_s": self.sim_ms / 1000.0,
             "devices_without_tokens": self.devices_without_tokens,
@@ -161,6 +169,7 @@ class SimResult:
             ("utilisation", lambda p: _fractions(p.utilisation)),
             ("ingress utilisation", lambda p: _fractions(p.ingress_utilisation)),
             ("mean batch", lambda p: f"{p.mean_batch_size:.2f}"),
+            ("mean forward wait ms", lambda p: f"{p.mean_gather_wait_ms:.2f}"),
             ("simulated s", lambda p: f"{p.sim_ms / 1000:.2f}"),
         ]
         links = sorted(set(self.speculative.device_links))

@@ -193,6 +193,22 @@ def test_a_batch_closes_once_every_open_session_is_in_and_respects_the_cap():
     assert result.mean_utilisation > 0.95  # no forward waited 500 ms for a seventh session
 
 
+def test_a_session_far_away_no_longer_holds_the_forwards_of_the_near_ones():
+    # Half the devices on loopback, half on satellite: waiting for every open session, each
+    # forward of the near ones waited the whole 5 ms for drafts hundreds of ms away; waiting
+    # only for the sessions expected back within the wait (the replica's rule), it does not.
+    calibration = free_network(draft_ms_per_token=0.5, verify=VerifyModel(a_ms=10.0, b_ms=0.0, c_ms=0.0))
+    kwargs = dict(devices=8, link_mix="loopback:0.5,satellite:0.5", k=4, duration_s=5.0, start_spread_ms=20.0, seed=1)
+    every = simulate(FleetConfig(batch_wait_for="all", **kwargs), calibration)
+    returning = simulate(FleetConfig(**kwargs), calibration)
+    assert every.speculative.mean_gather_wait_ms > 4.0 > 2.0 > returning.speculative.mean_gather_wait_ms
+    near = lambda result: result.speculative.per_link_ms_per_token()["loopback"]  # noqa: E731
+    assert near(returning) < 0.9 * near(every)
+    assert returning.speculative.capacity_tokens_per_s > every.speculative.capacity_tokens_per_s
+    # A Generate stream is always back at once: the cloud-only path is the same under both rules.
+    assert returning.cloud_only == every.cloud_only
+
+
 def test_a_calls_setup_is_paid_in_parallel_and_its_prefill_queues():
     # 8 Generate calls at once: each pays 30 ms of setup (latency, side by side), then their
     # 10 ms prefills queue on the model thread one after another.
@@ -316,6 +332,7 @@ def test_link_mix_is_split_exactly_and_normalised():
         ({"tokens_per_device": 10, "duration_s": 1.0}, "tokens_per_device"),
         ({"duration_s": -1.0}, "duration_s"),
         ({"batch_wait_ms": -1.0}, "batch_wait_ms"),
+        ({"batch_wait_for": "some"}, "batch_wait_for"),
     ],
 )
 def test_fleet_config_errors_name_the_field(kwargs, field):
