@@ -139,7 +139,7 @@ class VllmBackend:
             vocab_size=int(model_config.get_vocab_size()),
             max_context=int(model_config.max_model_len),
             tokenizer_fingerprint=fingerprint(config.model),
-            params=_params(config.model),
+            params=_param_count(config.model),
             kv_bytes_per_token=kv_bytes_per_token(config.model, bits),
             description={
                 "backend": "vllm",
@@ -291,7 +291,7 @@ def _top_token(row) -> int | None:
     return None
 
 
-def _params(model_dir: str) -> int:
+def _param_count(model_dir: str) -> int:
     """Parameter count from the safetensors headers (no weights read)."""
     import struct
 
