@@ -52,3 +52,24 @@ def test_a_streams_last_token_arrives_with_the_slot_already_free(replica):
 
     seen = asyncio.run(run())
     assert seen[-1][1] == 0 and all(active == 1 for _, active in seen[:-1]), seen
+
+
+def test_an_ended_session_is_no_longer_expected_back(replica):
+    # The gather expects a session back (scheduler.ReturnTimes) until the replica releases it.
+    async def run():
+        info = await replica.Info(pb.InfoRequest())
+
+        async def requests():
+            yield pb.SessionRequest(open=pb.Open(prompt_ids=[5, 6, 7], mode=pb.VERIFY_MODE_GREEDY,
+                                                 tokenizer_fingerprint=info.tokenizer_fingerprint, max_new_tokens=8))
+            for round_no in range(2):
+                yield pb.SessionRequest(draft=pb.Draft(round=round_no, token_ids=[1, 2]))
+
+        tracked = []
+        async for reply in replica.Session(requests()):
+            if reply.HasField("verdict"):
+                tracked.append(len(replica.batches.returns.away(1, [])))
+        return tracked
+
+    assert asyncio.run(run()) == [1, 1]  # while it is open: tracked, away
+    assert replica.batches.returns.away(0, []) == []  # the stream ended: forgotten
