@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import REPO, free_port
+from helpers import REPO, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -87,16 +87,6 @@ class FakeGpuCluster:
             if not doomed:
                 return
             end_processes(doomed)
-
-
-def wait_for(what: str, condition, timeout_s: float, interval_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"{what}: not within {timeout_s:g}s")
 
 
 def gpu_nodes() -> dict[str, float]:

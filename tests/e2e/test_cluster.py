@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import PROMPTS, REPO, free_port, reference_greedy
+from helpers import PROMPTS, REPO, free_port, reference_greedy, wait_for
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
@@ -150,13 +150,7 @@ class FakeCluster:
         return seen - {""}
 
     def wait_for(self, what: str, condition, timeout_s: float, interval_s: float = 1.0):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(interval_s)
-        raise AssertionError(f"{what}: not within {timeout_s:g}s; serve status:\n{self.serve_status()}")
+        return wait_for(what, condition, timeout_s, interval_s, detail=lambda: f"serve status:\n{self.serve_status()}")
 
 
 @pytest.fixture(scope="module")

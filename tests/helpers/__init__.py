@@ -9,6 +9,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,3 +179,16 @@ def assert_same_or_a_float_tie(got: list[int], expected: list[int], ties) -> boo
     assert margin < TIE and got[first] == runner_up, (
         f"diverged at {first} where generate()'s margin was {margin:.2e} (not a tie): {got} vs {expected}")
     return True
+
+
+def wait_for(what: str, condition, timeout_s: float, interval_s: float = 0.5, detail=lambda: ""):
+    """``condition()``'s first truthy value, polled every ``interval_s``; AssertionError after
+    ``timeout_s`` naming ``what`` (and ``detail()``, e.g. the cluster's state, when given)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval_s)
+    extra = detail()
+    raise AssertionError(f"{what}: not within {timeout_s:g}s" + (f"; {extra}" if extra else ""))
