@@ -102,19 +102,24 @@ class ReturnTimes:
 @dataclass
 class GatherStats:
     """Counters of the gathers (rates derived here): how long the model, free with rows queued,
-    waited for more before each forward."""
+    waited for more before each forward, and how long the forwards then took."""
 
     gathers: int = 0
     waited_s: float = 0.0
     full_waits: int = 0  # gathers that waited until their deadline
+    forward_s: float = 0.0  # from each batch's start to its results (the model thread's queue included)
 
     @property
     def mean_wait_ms(self) -> float:
         return 1000.0 * self.waited_s / self.gathers if self.gathers else 0.0
 
+    @property
+    def mean_forward_ms(self) -> float:
+        return 1000.0 * self.forward_s / self.gathers if self.gathers else 0.0
+
     def to_dict(self) -> dict:
         return {"gathers": self.gathers, "waited_s": self.waited_s, "full_waits": self.full_waits,
-                "mean_wait_ms": self.mean_wait_ms}
+                "forward_s": self.forward_s, "mean_wait_ms": self.mean_wait_ms, "mean_forward_ms": self.mean_forward_ms}
 
 
 class BatchSizeMismatch(RuntimeError):
@@ -192,13 +197,14 @@ class BatchScheduler(Generic[Item, Result]):
             live = self._take_batch()
             if not live:
                 continue
+            began = self._now()
             try:
                 results = await self._run([item for item, _ in live])
             except Exception as exc:  # every caller of the batch gets it
-                self._mark_left(live)
+                self._mark_left(live, began)
                 _fail(live, exc)
                 continue
-            self._mark_left(live)
+            self._mark_left(live, began)
             self._deliver(live, results)
 
     def _count_gather(self, waited_s: float, timed_out: bool) -> None:
@@ -206,11 +212,13 @@ class BatchScheduler(Generic[Item, Result]):
         self.stats.waited_s += waited_s
         self.stats.full_waits += timed_out
 
-    def _mark_left(self, live: list[tuple[Item, asyncio.Future]]) -> None:
-        """The batch's sessions get their results now: each is away until its next item."""
+    def _mark_left(self, live: list[tuple[Item, asyncio.Future]], began: float) -> None:
+        """The batch's sessions get their results now (its forward began at ``began``): each is
+        away until its next item."""
+        now = self._now()
+        self.stats.forward_s += now - began
         if self._session is None:
             return
-        now = self._now()
         for item, _ in live:
             if (session := self._session(item)) is not None:
                 self.returns.left(session, now)

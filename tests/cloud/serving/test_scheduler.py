@@ -224,6 +224,7 @@ def test_a_session_not_expected_within_the_wait_does_not_hold_the_forward():
     assert stats.gathers == 3 and stats.full_waits == 0
     # the second gather waited from a's return (0.01) to b's (100); the others not at all
     assert stats.waited_s == pytest.approx(100.0 - 0.01)
+    assert stats.forward_s == 0.0  # the clock did not move during a forward
 
 
 def test_the_old_rule_waits_for_every_open_session():
@@ -273,3 +274,21 @@ def test_the_verifiers_knob_names_the_rule():
     assert VerifierConfig.from_dict({"model": target, "batch_wait_for": "all"}).batch_wait_for == "all"
     with pytest.raises(ValueError, match="batch_wait_for must be one of"):
         VerifierConfig(model=target, batch_wait_for="some")
+
+
+def test_the_stats_count_each_gathers_wait_and_forward():
+    clock = Clock()
+
+    async def run(items):
+        clock.t += 0.02  # the forward takes 20 ms of the scripted clock
+        return list(items)
+
+    async def main():
+        scheduler = BatchScheduler(run, max_batch_size=8, wait_s=10.0, expected=lambda: 1, clock=clock)
+        for item in range(3):
+            await scheduler.submit(item)
+        return scheduler.stats
+
+    stats = asyncio.run(main())
+    assert (stats.gathers, stats.full_waits, stats.mean_wait_ms) == (3, 0, 0.0)  # a lone session never waits
+    assert stats.mean_forward_ms == pytest.approx(20.0)
