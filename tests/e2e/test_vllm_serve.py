@@ -44,6 +44,8 @@ CHATS = [
 ]
 CODE = ["def fibonacci(n):\n    "]
 KV_SPACE = 256 << 20  # per engine: the CPU's KV space (max_kv_bytes); 2 replicas share 24 GiB with the suite
+# Two vLLM engines starting at once beside the rest of the suite took 260 s on 2 loaded cores.
+START_TIMEOUT_S = max(SERVE_START_TIMEOUT_S, 600)
 
 
 class Deployment:
@@ -56,7 +58,7 @@ class Deployment:
         from edgespec.cloud.serving.config import DeploymentOptions
 
         self.address = serve_verifier(self.config, DeploymentOptions(num_replicas=replicas, num_cpus=0.25),
-                                      grpc_port=self.grpc_port, http_port=self.http_port, timeout_s=SERVE_START_TIMEOUT_S)
+                                      grpc_port=self.grpc_port, http_port=self.http_port, timeout_s=START_TIMEOUT_S)
 
     def replicas(self) -> list[str]:
         import ray
@@ -74,9 +76,11 @@ def served():
     config = VerifierConfig(model=str(target), backend="vllm", device="cpu", max_sessions=8, max_context=2048,
                             max_kv_bytes=KV_SPACE)
     deployment = Deployment(config, free_port(), free_port())
-    deployment.deploy(replicas=2)
-    yield deployment
-    stop_server()
+    try:
+        deployment.deploy(replicas=2)
+        yield deployment
+    finally:  # a deployment that failed to start must not leave Ray up for the worker's next module
+        stop_server()
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +236,8 @@ def test_a_killed_replica_s_session_resumes_on_its_successor(served, references)
     ids = references[1][0]
     with EdgeClient(served.address, DRAFT) as client:
         clean = client.generate(ids, max_new_tokens=48, k=2, stop_token_ids=()).token_ids
-    with EdgeClient(served.address, DRAFT, max_retries=20, timeout=60) as client:
+    # Retries for as long as a successor's engine may take to start on loaded cores (backoff <= 5 s).
+    with EdgeClient(served.address, DRAFT, max_retries=120, timeout=60) as client:
         stream = client.stream(ids, max_new_tokens=48, k=2, stop_token_ids=())
         for i, _ in enumerate(stream):
             if i == 3:
