@@ -3,6 +3,8 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 
+import { type ChatMessage, chatTemplateOf, renderChat } from "../../src/model/chat.js";
+import { nodeFiles } from "../../src/model/files.js";
 import { Tokenizer, canonicalJson, fingerprint } from "../../src/model/tokenizer.js";
 import { DEMO_DRAFT, REAL_DRAFT, REPO, pythonReference } from "./reference.js";
 
@@ -38,6 +40,19 @@ for (const [name, dir] of [["demo", DEMO_DRAFT], ["smollm2-135m", REAL_DRAFT]] a
         assert.equal(tokenizer.decode(ids), reference.decoded[i], `text ${i}`);
         assert.equal(tokenizer.decode(ids, { skipSpecialTokens: false }), reference.decoded_special[i], `text ${i}`);
       });
+    });
+
+    it("renders chat messages through the draft's chat template to transformers' apply_chat_template ids", async () => {
+      const template = await chatTemplateOf(nodeFiles(dir));
+      assert.equal(template === null, reference.chat.length === 0);
+      if (template === null) return; // (the demo draft has no chat template: nothing to render)
+      assert.ok(reference.chat.length >= 49);
+      for (const { messages, text, ids } of reference.chat) {
+        assert.equal(renderChat(template, messages as ChatMessage[]), text);
+        assert.deepEqual(tokenizer.encode(renderChat(template, messages as ChatMessage[])), ids);
+      }
+      const parts = renderChat(template, [{ role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }]);
+      assert.match(parts, /<\|im_start\|>user\na\nb<\|im_end\|>\n<\|im_start\|>assistant\n$/);
     });
 
     it("decodes a token cut in the middle of a character to U+FFFD, as Rust's from_utf8_lossy", () => {
