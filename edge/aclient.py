@@ -22,8 +22,7 @@ from edgespec.edge.draft import DraftModel
 from edgespec.edge.driver import Clock, Generation
 from edgespec.edge.errors import EdgespecError, TokenizerMismatchError
 from edgespec.edge.params import GenerationParams
-from edgespec.edge.planner import Planner
-from edgespec.edge.policies import path_mode
+from edgespec.edge.planner import Info, Planner, path_mode
 from edgespec.edge.transport import Retries
 from edgespec.edge.types import ReplicaProbe, Result, ServerInfo
 from edgespec.edge.wire import server_info
@@ -199,13 +198,13 @@ class AsyncEdgeClient:
             warm, started = self._info is not None, self.clock()
             info = await self.info(refresh=True)  # the replica's current forward and decode costs
             info_ms = (self.clock() - started) * 1000
-            planner.record_forward(info.forward_ms)
-            planner.record_decode(info.decode_ms, stream_ms=info.stream_ms)
-            if mode == "auto":
+            rtt = None
+            if mode != "cloud_only":
                 try:  # on a warm channel the same call was a round trip; a cold one also connected
-                    planner.record_rtt(info_ms if warm else await self.probe_rtt())
+                    rtt = info_ms if warm else await self.probe_rtt()
                 except grpc.RpcError:
                     pass  # the generation itself will report a dead server
+            planner.observe(Info(info.forward_ms, info.decode_ms, info.stream_ms, rtt))
             self._planners[key] = planner
         return self._planners[key]
 

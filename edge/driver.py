@@ -1,6 +1,6 @@
 """The device's generation loop: it moves the protocol's messages (``protocol.ClientSession``)
-over gRPC, drafts blocks (``drafting.BlockDrafter``) and asks the policies (``policies.Policies``)
-at named points. Read top to bottom:
+over gRPC, drafts blocks (``drafting.BlockDrafter``), tells the planner (``planner.Planner``) what it
+measured (``observe``) and asks it which path, k and depth (``decide``) at named points. Read top to bottom:
 
 ``chunks`` runs *segments* until the generation finishes. A speculative segment is one Session
 stream:
@@ -39,10 +39,9 @@ import grpc
 from edgespec.edge.drafter import Drafter
 from edgespec.edge.drafting import BlockDrafter
 from edgespec.edge.lookup_draft import LookupDraft
-from edgespec.edge.params import GenerationParams, served_mode
+from edgespec.edge.params import GenerationParams, Mode, served_mode
+from edgespec.edge.planner import Decision, FirstToken, Info, Planner, Round, Segment, Start, Streamed, path_mode
 from edgespec.edge.planner import Path as Route  # the planner's Path, named apart from pathlib.Path
-from edgespec.edge.planner import Planner
-from edgespec.edge.policies import Policies, RoundTiming
 from edgespec.edge.protocol import Block, ClientSession, Kind, Outcome
 from edgespec.edge.sampling import PositionDraws
 from edgespec.edge.shadow import Shadow
@@ -59,6 +58,8 @@ Probe = Callable[[], Awaitable[ReplicaProbe]]  # one Info round trip (``AsyncCli
 class Generation:
     """One generation request; iterate ``chunks()`` for the tokens as they are committed."""
 
+    decision: Decision  # the planner's last word: the path, the next block's k, the blocks in flight
+
     def __init__(self, stub: Stub, drafter: Drafter, draft_thread: Executor,
                  prompt_ids: list[int], params: GenerationParams, info: ServerInfo, *, timeout: float,
                  max_retries: int, planner: Planner | None = None,
@@ -71,7 +72,9 @@ class Generation:
         room = info.max_context if params.lookup == "only" else min(info.max_context, drafter.manifest.max_positions)
         self.session = ClientSession(prompt_ids, params, drafter.manifest.tokenizer_fingerprint, stop,
                                      max_context=room, max_k=info.max_k)
-        self.policies = Policies(params, info, planner)
+        self.planner = planner or Planner(path_mode(params))
+        self.send_ahead = params.send_ahead if info.send_ahead else 1
+        self.tree = params.tree if params.mode is Mode.GREEDY else 0
         self.drafter, self.drafting = drafter, BlockDrafter(drafter, draft_thread, params, clock)
         self.draft_thread, self.stub, self.rtt_probe, self.clock = draft_thread, stub, rtt_probe, clock
         self.params, self.info, self.timeout = params, info, timeout
@@ -93,14 +96,16 @@ class Generation:
     # ---- the loop over segments ----------------------------------------------------------
 
     async def chunks(self) -> AsyncIterator[list[int]]:
-        started, planner, session = self.clock(), self.policies.planner, self.session
-        path = planner.first_path(self.params.max_new_tokens, self.info.max_k)
+        started, planner, session = self.clock(), self.planner, self.session
+        planner.observe(Start(self.params.max_new_tokens, self.info.max_k, self.params.k, self.send_ahead))
+        self.decision = planner.decide(None, self.params.max_new_tokens)
+        path = self.decision.path
         try:
             while not session.finish_reason:
                 if path is Route.SPECULATIVE and session.draft_room < 1:
                     path = Route.CLOUD_ONLY  # the draft's context is full: the cloud finishes alone
                 segment = self._speculative_segment() if path is Route.SPECULATIVE else self._cloud_segment()
-                planner.begin(path)
+                planner.observe(Segment(path))
                 try:
                     async for tokens in segment:
                         self._progress(started, path, tokens)
@@ -146,7 +151,7 @@ class Generation:
     # ---- speculation over one Session stream ---------------------------------------------
 
     async def _speculative_segment(self) -> AsyncIterator[list[int]]:
-        session, planner = self.session, self.policies.planner
+        session, planner = self.session, self.planner
         stream = SessionStream(self.stub.Session(), self.timeout, self.stats)
         probe = self._probe_task(streaming=False)
         try:
@@ -175,7 +180,11 @@ class Generation:
                 # Step 4: move, stop, or go on.
                 if outcome.draining:
                     raise ReplicaMoved()  # committed; the replica ends the stream: reopen elsewhere
-                if outcome.finished or planner.should_switch(Route.SPECULATIVE, session.remaining):
+                if outcome.finished:
+                    await stream.close(session.close())
+                    return
+                self.decision = planner.decide(Route.SPECULATIVE, session.remaining)
+                if self.decision.path is not Route.SPECULATIVE:
                     await stream.close(session.close())
                     return
                 if not session.valid_inflight and not await self._send_fresh(stream):
@@ -194,23 +203,23 @@ class Generation:
         limit = self.session.fresh_limit()
         if limit < 1:
             return False
-        k = self.policies.block_k(limit)
-        block = await self.drafting.fresh(self.session.round_no, k, leaves=self.policies.tree_leaves(k), prefilled=prefilled)
+        k = max(1, min(self.decision.k, limit))
+        leaves = max(0, min(self.tree, self.info.max_tree_tokens - k))  # runner-up leaves riding along (greedy)
+        block = await self.drafting.fresh(self.session.round_no, k, leaves=leaves, prefilled=prefilled)
         await self._send(stream, block)
         return True
 
     async def _fill(self, stream: SessionStream) -> None:
-        while len(self.session.valid_inflight) < self.policies.depth():
+        while len(self.session.valid_inflight) < self.decision.depth:
             limit = self.session.ahead_limit()
             if limit < 1:
                 return
-            block = await self.drafting.ahead(self.session.next_ahead_round(), self.policies.block_k(limit))
+            block = await self.drafting.ahead(self.session.next_ahead_round(), max(1, min(self.decision.k, limit)))
             await self._send(stream, block)
 
     def _dropped(self, outcome: Outcome) -> None:
-        """Blocks sent ahead went stale: the policies learn it, the draft forgets them."""
+        """Blocks sent ahead went stale: the draft forgets them."""
         if outcome.dropped:
-            self.policies.after_ahead(False, outcome.dropped)
             self.stats.discarded_blocks += outcome.dropped
         if outcome.kind is Kind.DISCARDED or not outcome.holds:
             # The draft's context holds the chain: keep its accepted part, then what else came.
@@ -219,7 +228,7 @@ class Generation:
 
     def _account(self, outcome: Outcome, verdict: pb.Verdict) -> None:
         """A committed round (``verdict`` its message): stats, the round's record, what the
-        policies learn, the draft."""
+        planner learns, the draft."""
         now, block = self.clock(), outcome.block
         k, n = block.chain_length, outcome.accepted
         wait_ms = (now - max(block.sent_at, self._last_verdict_at)) * 1000
@@ -231,30 +240,27 @@ class Generation:
         self.stats.ahead_hits += block.ahead
         self.rounds.append(RoundRecord(k, tuple(block.tokens[:k]), min(n, k), verdict.next_token, block.draft_ms,
                                        wait_ms, verdict.batch_size, verdict.verify_ms, wall_ms))
-        self.policies.after_round(RoundTiming(k, n, len(outcome.tokens), None if block.prefilled else block.draft_ms,
-                                              wait_ms, wall_ms, verdict.verify_ms, block.ahead))
+        # A block sent ahead waited behind its predecessor: its wait is no round trip.
+        self.planner.observe(Round(k, n, len(outcome.tokens), wall_ms, None if block.ahead else wait_ms,
+                                   verdict.verify_ms, None if block.prefilled else block.draft_ms))
         self._dropped(outcome)
 
     # ---- cloud-only over one Generate stream ----------------------------------------------
 
     async def _cloud_segment(self) -> AsyncIterator[list[int]]:
-        session, planner, stats = self.session, self.policies.planner, self.stats
+        session, planner, stats = self.session, self.planner, self.stats
         probe = self._probe_task(streaming=True)
         shadow = self._shadow() if planner.mode == "auto" else None
         try:
             first_at, since_first, called = None, 0, self.clock()
-            last_at, messages, slowest = called, 0, (0.0, 0, 0)  # the slowest message: wait ms, tokens, tokens by then
             async for tokens, finish, probs in generate_tokens(self.stub, session.generate(), self.timeout, stats):
                 now = self.clock()
                 if first_at is None:
                     first_at = now
-                    planner.record_first_token((first_at - called) * 1000)
+                    planner.observe(FirstToken((first_at - called) * 1000))
                 else:
-                    since_first, messages, wait = since_first + len(tokens), messages + 1, (now - last_at) * 1000
-                    if tokens and wait * slowest[1] >= slowest[0] * len(tokens):  # (ms per token, no division)
-                        slowest = (wait, len(tokens), since_first)
-                    planner.record_cloud_rate((now - first_at) * 1000, since_first, messages=messages, slowest=slowest)
-                last_at = now
+                    since_first += len(tokens)
+                    planner.observe(Streamed((now - first_at) * 1000, since_first))
                 session.tokens(tokens, finish)
                 stats.generated += len(tokens)
                 stats.target_calls += len(tokens)
@@ -264,8 +270,10 @@ class Generation:
                     return
                 if shadow is not None:
                     shadow.observe(tokens, session.committed, session.max_context, probs)
-                if session.draft_room > 1 and planner.should_switch(Route.CLOUD_ONLY, session.remaining):
-                    return  # the Generate call is cancelled: tokens not received are not committed
+                if session.draft_room > 1:
+                    self.decision = planner.decide(Route.CLOUD_ONLY, session.remaining)
+                    if self.decision.path is not Route.CLOUD_ONLY:
+                        return  # the Generate call is cancelled: tokens not received are not committed
             raise StreamEnded(grpc.StatusCode.UNAVAILABLE, "the Generate stream ended before its last token")
         finally:
             if probe is not None:
@@ -274,18 +282,16 @@ class Generation:
                 await shadow.finish(session.committed)
 
     def _shadow(self) -> Shadow:
-        max_k = self.info.max_k
         settings = self.drafting.settings
         draws = PositionDraws(self.drafting.seed) if self.drafting.coupled and settings.sampling is not None else None
-        return Shadow(self.drafter, self.draft_thread, self.policies.planner, self.session.committed,
-                      block_k=lambda: self.policies.block_k(max_k), lookup=settings.lookup,
+        return Shadow(self.drafter, self.draft_thread, self.planner, self.session.committed, lookup=settings.lookup,
                       sampling=settings.sampling, lookup_weight=settings.lookup_weight, draws=draws,
                       top_n=settings.top_n, clock=self.clock)
 
     def _probe_task(self, *, streaming: bool) -> asyncio.Task | None:
         """``_probe`` beside a segment, where the planner chooses the path (k=auto) and a probe
         was given; the segment cancels it when it ends."""
-        if self.policies.planner.mode != "auto" or self.rtt_probe is None:
+        if self.planner.mode != "auto" or self.rtt_probe is None:
             return None
         return asyncio.create_task(self._probe(self.rtt_probe, streaming=streaming))
 
@@ -299,14 +305,11 @@ class Generation:
         speculative segment, once: the replica's stream figures, which move the price of the
         stream this device measured earlier by as much as the replica's load has moved since
         (rounds measure the round trip and the forward themselves)."""
-        planner = self.policies.planner
         while True:
             try:
                 reply = await probe()
-                if streaming:
-                    planner.record_rtt(reply.rtt_ms)
-                    planner.record_replica_forward(reply.forward_ms)
-                planner.record_decode(reply.decode_ms, stream_ms=reply.stream_ms)
+                forward, rtt = (reply.forward_ms, reply.rtt_ms) if streaming else (0.0, None)
+                self.planner.observe(Info(forward, reply.decode_ms, reply.stream_ms, rtt))
             except Exception:  # a failed probe says nothing about the segment; the segment reports its own errors
                 pass
             if not streaming:

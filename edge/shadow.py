@@ -1,16 +1,16 @@
 """The draft run over a cloud-only stream, off the event loop.
 
-What the draft would have proposed at each streamed token tells the planner the tokens per
-round speculation would commit here (greedy: ``Planner.record_shadow``, hits; sampled:
-``Planner.record_shadow_sampled``, the chance each streamed token would have been accepted), and
-its time on the draft thread is the shadow's own cost; the draft's cache keeps in step with the
+What the draft would have proposed at each streamed token tells the planner what speculation
+would commit here (``planner.Shadowed``: per token, the chance a draft there would have been
+accepted; greedy, a hit is 1 and a miss 0; sampled, see ``Drafter.observe_chances``), and its
+time on the draft thread is the shadow's own cost; the draft's cache keeps in step with the
 stream. Streamed tokens are run over ``SHADOW_BATCH`` at a time (one forward each). A generation
 that starts cloud-only has the draft read the prompt first (one batched forward, as a
-speculative start does). While the planner judges the draft unpromising it rests
-(``Planner.shadow_wanted``): the tokens it skips are kept, and a look first catches the draft
-up on them in the same batched forward, so a look sees the whole context (context lookup
-included) as the draft would when speculating. Everything it needs is passed in: it never
-reads the run.
+speculative start does). Where watching every token would cost more than its share of the
+stream, the shadow rests between looks (``Planner.shadow_wanted``): the tokens it skips are
+kept, and a look first catches the draft up on them in the same batched forward, so a look sees
+the whole context (context lookup included) as the draft would when speculating. Everything it
+needs is passed in: it never reads the run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edgespec.edge.drafter import Drafter
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import PositionDraws
-from edgespec.edge.planner import Planner
+from edgespec.edge.planner import Planner, Shadowed
 
 SHADOW_BATCH = 8  # streamed tokens the draft is run over at once
 
@@ -33,11 +33,13 @@ class Shadow:
     """``observe`` each streamed message's tokens (after committing them); ``finish`` at the end."""
 
     def __init__(self, drafter: Drafter, draft_thread: Executor, planner: Planner, committed: list[int], *,
-                 block_k: Callable[[], int], lookup: LookupConfig | None, sampling: SamplingParams | None = None,
+                 lookup: LookupConfig | None, sampling: SamplingParams | None = None,
                  lookup_weight: float = 1.0, draws: PositionDraws | None = None, top_n: int = 0,
                  clock: Callable[[], float] = time.perf_counter):
         self.drafter, self.draft_thread, self.planner = drafter, draft_thread, planner
-        self.block_k, self.lookup, self.clock = block_k, lookup, clock
+        self.lookup, self.clock = lookup, clock
+        self.position = 0  # streamed tokens seen (where the planner's looks fall)
+        self.gap = False  # tokens were skipped since the last look
         self.sampling = sampling if sampling is not None and not sampling.is_greedy else None
         self.lookup_weight, self.draws, self.top_n = lookup_weight, draws, top_n  # coupled: exact hits (``observe_chances``)
         self.pending: asyncio.Future | None = None
@@ -62,10 +64,12 @@ class Shadow:
             self._flush(committed[: len(committed) - len(tokens)])
             self.in_step = self.fresh = False  # the draft falls behind; the next speculative segment resets it
             return
-        if not self.planner.shadow_wanted(len(tokens)):
+        self.position += len(tokens)
+        if not self.planner.shadow_wanted(self.position - 1):
             self._flush(committed[: len(committed) - len(tokens)])  # (the look so far counts)
             if not self.fresh:
                 self.skipped.extend(tokens)
+            self.gap = True
             return
         self.buffer.extend(tokens)
         self.buffer_probs.extend(probs if probs is not None else [None] * len(tokens))  # (one per token: ``generate_tokens``)
@@ -83,7 +87,7 @@ class Shadow:
         if self.fresh:  # everything before these tokens, in one batched forward
             context, skipped = committed[: -len(tokens)], []
         self.skipped, self.fresh, self.in_step = [], False, True
-        k = self.block_k()
+        after_gap, self.gap = self.gap, False
         # One draft thread: observations run in the order the tokens came.
         future = asyncio.get_running_loop().run_in_executor(self.draft_thread, self._look, context, skipped, tokens, probs)
 
@@ -94,10 +98,8 @@ class Shadow:
             seen, draft_ms = f.result()
             if context is not None or skipped:
                 draft_ms = None  # (it read the context too: a one-off, not the shadow's cost per token)
-            if self.sampling is None:
-                self.planner.record_shadow([p == t for p, t in zip(seen, tokens)], k, draft_ms=draft_ms)
-            else:
-                self.planner.record_shadow_sampled(seen, k, draft_ms=draft_ms)
+            chances = [float(p == t) for p, t in zip(seen, tokens)] if self.sampling is None else seen
+            self.planner.observe(Shadowed(tuple(chances), draft_ms, after_gap))
 
         future.add_done_callback(done)
         self.pending = future

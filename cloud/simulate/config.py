@@ -60,7 +60,7 @@ class FleetConfig:
             LinkProfile, or (LinkProfile, weight) pairs. Devices are split by largest
             remainder (so 10 devices at 0.5/0.3/0.2 are exactly 5/3/2), then shuffled by seed.
         replicas: verifier replicas; devices are assigned round-robin and stay (sticky stream).
-        k: drafts per round, or "auto" for the edge SDK's adaptive policy (``edge/policy.py``).
+        k: drafts per round, or "auto" for the edge SDK's adaptive policy (``edge/planner.py``).
         k_max: the server's max_k: the upper bound for "auto" and for a fixed k.
         tokens_per_device: each device generates this many tokens, then stops.
         duration_s: instead, every device generates until this much simulated time has passed.

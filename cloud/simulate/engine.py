@@ -71,7 +71,7 @@ from edgespec.cloud.serving.scheduler import ReturnTimes, gather_wait
 from edgespec.cloud.simulate.calibration import Calibration
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.result import PathResult, SimResult
-from edgespec.edge.policy import make_policy
+from edgespec.edge.planner import Info, Path, Planner, Round, Start
 
 SPECULATIVE = "speculative"
 CLOUD_ONLY = "cloud_only"
@@ -88,7 +88,7 @@ class _Device:
     down: DirectionSchedule
     accept_rng: random.Random
     noise_rng: random.Random
-    policy: object = None
+    planner: Planner | None = None  # speculative: the SDK's own planner chooses k
     tokens: int = 0
     finish_ms: float | None = None
     rounds: int = 0
@@ -163,7 +163,12 @@ class FleetSimulation:
                 noise_rng=stream("noise"),
             )
             if self.path == SPECULATIVE:
-                device.policy = make_policy(cfg.k, k_max=cfg.k_max)
+                # The device knows its round trip and the replica's forward as the SDK's client
+                # does before its first request (an Info call); one block in flight.
+                device.planner = Planner("speculative")
+                budget = int(min(self.budget, 1 << 30))
+                device.planner.observe(Start(budget, cfg.k_max, cfg.k, send_ahead=1))
+                device.planner.observe(Info(forward_ms=self.cal.verify(1, 5), rtt_ms=link.rtt_ms))
             devices.append(device)
         return devices
 
@@ -220,7 +225,8 @@ class FleetSimulation:
     def _begin_round(self, device: _Device) -> None:
         remaining = self.budget - device.tokens
         limit = self.config.k_max if math.isinf(remaining) else int(min(self.config.k_max, max(1, remaining - 1)))
-        device.k = device.policy.next_k(limit)
+        assert device.planner is not None
+        device.k = max(1, min(device.planner.decide(Path.SPECULATIVE, int(min(remaining, 1 << 30))).k, limit))
         to_draft = max(0, device.k - device.ahead_credit)
         device.ahead_credit = 0
         device.draft_ms = to_draft * self.cal.draft_ms_per_token * self._noise_factor(device)
@@ -242,7 +248,9 @@ class FleetSimulation:
         device.drafted += k
         device.accepted += n
         flight_ms = self.now - device.sent_ms
-        device.policy.update(k, n, draft_ms=device.draft_ms, wait_ms=flight_ms)
+        assert device.planner is not None
+        device.planner.observe(Round(k, n, n + 1, device.draft_ms + flight_ms, flight_ms, self.cal.verify(1, k + 1),
+                                     device.draft_ms))
         if self.config.draft_ahead and n == k:
             # During the flight the device drafted position k+1 (its guess at the bonus token)
             # and on; those count only if the target's bonus token equals that guess.

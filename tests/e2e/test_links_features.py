@@ -3,6 +3,8 @@ cloud-only generation, through the real Serve gRPC ingress."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+
 import pytest
 from helpers import PROMPTS, reference_greedy
 from helpers.tcp_cutter import TcpCutter
@@ -11,6 +13,7 @@ from edgespec.cloud.link.emulator import LinkEmulator
 from edgespec.cloud.link.profiles import Faults, LinkProfile
 from edgespec.edge import driver
 from edgespec.edge.client import EdgeClient
+from edgespec.edge.planner import FirstToken, Info, Planner, Round, Shadowed, Start, Streamed
 
 pytestmark = pytest.mark.slow
 
@@ -80,15 +83,63 @@ def self_draft(tiny_pair, tmp_path_factory):
     return export_draft(tiny_pair.target_dir, tmp_path_factory.mktemp("self") / "draft", log=lambda _: None).out_dir
 
 
+@dataclass
+class Script:
+    """The times a ``ScriptedPlanner`` is told instead of what the machine measured: the round
+    trip by phase (tokens of the current request), the replica's and the device's times."""
+
+    phases: list[tuple[int, float]] = field(default_factory=lambda: [(0, 2.0)])
+    forward_ms: float = 5.0
+    decode_ms: float = 10.0  # the stream's rate, per token
+    prefill_ms: float = 20.0
+    device_ms: float = 1.0
+    position: int = 0  # tokens of the current request the planner has been told of
+    planners: list = field(default_factory=list)  # the planners made while this script was in force
+
+    @property
+    def rtt_ms(self) -> float:
+        return next(ms for start, ms in reversed(self.phases) if self.position >= start)
+
+
+class ScriptedPlanner(Planner):
+    """The real planner, driven by the real driver in its own order, with every time in an event
+    replaced by the script's: its decisions depend on tokens, not on the machine's load."""
+
+    script = Script()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.script.planners.append(self)
+
+    def observe(self, event) -> None:
+        s, state = self.script, self.state
+        if isinstance(event, Start):
+            s.position = 0
+        elif isinstance(event, Info):
+            event = Info(s.forward_ms, s.decode_ms, s.decode_ms, None if event.rtt_ms is None else s.rtt_ms)
+        elif isinstance(event, Round):
+            forward = s.forward_ms + (s.prefill_ms if state.segment_rounds == 0 else 0.0)
+            wait = None if event.wait_ms is None else s.rtt_ms + forward
+            wall = (forward if wait is None else wait) + s.device_ms
+            event = replace(event, wall_ms=wall, wait_ms=wait, forward_ms=forward, draft_ms=None)
+            s.position += event.tokens
+        elif isinstance(event, FirstToken):
+            event = FirstToken(s.rtt_ms + s.prefill_ms + s.decode_ms)
+        elif isinstance(event, Streamed):
+            s.position += event.tokens - state.segment_tokens
+            event = Streamed(s.decode_ms * event.tokens, event.tokens)
+        elif isinstance(event, Shadowed):
+            event = replace(event, draft_ms=None)  # (the draft's own time would make the shadow's share the machine's)
+        super().observe(event)
+
+
 def test_auto_switches_back_and_forth_without_losing_a_token(server, self_draft, target_model, monkeypatch):
     """The real driver over the real ingress, its planner told a scripted link (issue 25): the
     round trip turns slow (250 ms: no block repays it) at token 30 and fast again at token 150
     of the request; every other figure is scripted too, so when each switch happens depends on
     tokens, not on what a loaded machine measures. The output is the target's, token for token;
     the planner leaves within a few rounds of the slowdown and is back within a few probes of
-    the link's recovery. (The same planner against a scripted driver: tests/edge/test_planner_sim.py.)"""
-    from helpers.planner_sim import Script, ScriptedPlanner
-
+    the link's recovery. (The same planner in the simulator's scripted world: tests/edge/test_planner_sim.py.)"""
     from edgespec.edge import aclient
 
     script = Script(phases=[(0, 2.0)])

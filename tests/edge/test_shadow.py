@@ -1,5 +1,5 @@
-"""The draft run over a cloud-only stream (``shadow.Shadow``): all of it while the draft may win,
-a bounded share once the planner judges it unpromising."""
+"""The draft run over a cloud-only stream (``shadow.Shadow``): all of it while that is cheap, a
+bounded share of it where watching every token would cost more than ``shadow_share``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgespec.edge.planner import Path, Planner
-from edgespec.edge.policy import FixedK
+from edgespec.edge.planner import Info, Planner, PlannerConfig, Shadowed, Streamed
 from edgespec.edge.shadow import SHADOW_BATCH, Shadow
 
 
@@ -40,21 +39,18 @@ class CountingDraft:
         return predicted
 
 
-def streamed(planner: Planner, tokens: list[int], draft_ms: float = 1.0) -> SimpleNamespace:
+def streamed(planner: Planner, tokens: list[int], draft_ms: float) -> SimpleNamespace:
     """A cloud-only segment delivering ``tokens`` one at a time to a Shadow, as the driver does;
-    each look takes ``draft_ms`` on the scripted clock (a draft whose watching costs 7% of a
-    14 ms stream: it rests while unpromising)."""
+    each look takes ``draft_ms`` a token on the scripted clock."""
     prompt = [1, 2, 3]
     run = SimpleNamespace(draft=CountingDraft(prompt), committed=list(prompt))
-    policy = FixedK(4)
     ticks = iter(range(0, 10**9))
     # Two reads a run over SHADOW_BATCH tokens (its start and its end): draft_ms per token.
     clock = lambda: next(ticks) * draft_ms * SHADOW_BATCH / 1000  # noqa: E731
 
     async def go():
         with ThreadPoolExecutor(1) as draft_thread:
-            shadow = Shadow(run.draft, draft_thread, planner, run.committed, block_k=lambda: policy.next_k(8), lookup=None,
-                            clock=clock)
+            shadow = Shadow(run.draft, draft_thread, planner, run.committed, lookup=None, clock=clock)
             for token in tokens:
                 run.committed.append(token)
                 shadow.observe([token], run.committed, 4096)
@@ -66,62 +62,31 @@ def streamed(planner: Planner, tokens: list[int], draft_ms: float = 1.0) -> Simp
     return run
 
 
-def unpromising_planner() -> Planner:
+def streaming_planner(stream_ms: float = 15.0) -> Planner:
+    """A planner whose stream runs at ``stream_ms`` a token."""
     planner = Planner()
-    planner.record_rtt(20.0)
-    planner.record_forward(15.0)
-    planner.record_decode(14.0)
-    planner.begin(planner.first_path(128))
-    for _ in range(2):
-        planner.record_round(wall_ms=37.0, wait_ms=35.0, forward_ms=15.0, tokens=1, k=4)
-    assert planner.should_switch(Path.SPECULATIVE, 100)
-    planner.begin(Path.CLOUD_ONLY)
+    planner.observe(Info(forward_ms=15.0, decode_ms=14.0, rtt_ms=20.0))
+    planner.observe(Streamed(stream_ms * 10, 10))
     return planner
 
 
-def test_a_draft_that_may_win_runs_over_the_whole_stream():
+def test_a_draft_cheap_to_watch_runs_over_the_whole_stream():
     tokens = list(range(4, 260))  # the draft predicts every one
-    run = streamed(Planner(), tokens)
+    run = streamed(streaming_planner(), tokens, draft_ms=0.1)
     assert run.draft.run_over == len(tokens) and run.draft.tokens == run.committed
 
 
-def test_an_unpromising_draft_runs_over_a_bounded_share_of_the_stream():
-    planner = unpromising_planner()
-    tokens = [(7 * i) % 101 for i in range(1024)]  # the draft predicts none of them
-    run = streamed(planner, tokens)
-    look = Planner.SHADOW_LOOK
-    # A look of SHADOW_LOOK tokens in every SHADOW_PERIOD, after the first run of SHADOW_BATCH
-    # tokens or two that found the draft unpromising and its cost; each look caught the draft up
-    # on what the rest skipped (one batched forward), so the draft follows the whole stream.
-    assert 2 * look <= run.draft.run_over <= len(tokens) * look / Planner.SHADOW_PERIOD + 2 * SHADOW_BATCH
+def test_a_costly_draft_runs_over_a_bounded_share_of_the_stream_and_stays_in_step():
+    """A draft that takes 1 ms a token beside a 15 ms stream (7%, over ``shadow_share``): it
+    looks at ``shadow_look`` tokens of each period that keeps its share; each look catches the
+    draft up on what the rest skipped (one batched forward), so it follows the whole stream."""
+    planner, config = streaming_planner(), PlannerConfig()
+    tokens = [(7 * i) % 101 for i in range(1024)]
+    run = streamed(planner, tokens, draft_ms=1.0)
+    share = config.shadow_share * 15.0 / 1.0
+    assert run.draft.run_over <= len(tokens) * share + 2 * config.shadow_look + 2 * SHADOW_BATCH
+    assert run.draft.run_over >= len(tokens) * share / 2
     assert run.draft.run_over + run.draft.caught_up == len(tokens) and run.draft.tokens == run.committed
-    assert planner.unpromising()
-
-
-def test_a_draft_cheap_to_watch_keeps_watching_a_hard_passage():
-    """Where running over every streamed token costs under ``REST_COST`` of the stream, an
-    unpromising draft does not rest: a hard passage ends, and the shadow sees it end."""
-    planner = unpromising_planner()
-    tokens = [(7 * i) % 101 for i in range(512)]
-    run = streamed(planner, tokens, draft_ms=0.1)
-    assert run.draft.run_over == len(tokens)  # every one of them
-    assert planner.unpromising()
-
-
-def test_a_look_that_finds_the_draft_good_lifts_the_rest():
-    planner = unpromising_planner()
-    bad = 2 * Planner.SHADOW_PERIOD
-    tokens = [(7 * i) % 101 for i in range(bad)] + list(range(200, 200 + 3 * Planner.SHADOW_PERIOD))  # then it predicts all
-    # rests: watching every token costs 3.3% of the stream (priced at 15 ms: the 14 ms step and a message)
-    run = streamed(planner, tokens, draft_ms=0.5)
-    # A look or two over the good text outweigh the rejections in the window, and from then on
-    # the shadow runs over its share (SHADOW_SHARE of the stream's time: 90% of its tokens), not
-    # the rest's 1/16.
-    assert planner.stream_ms_per_token() == pytest.approx(15.0)
-    assert planner.shadow_share() == pytest.approx(Planner.SHADOW_SHARE * 15.0 / 0.5)
-    assert run.draft.run_over >= 0.5 * (len(tokens) - bad - 2 * Planner.SHADOW_PERIOD)
-    assert not planner.unpromising()
-    assert run.draft.tokens == run.committed  # in step: every look caught up on what the rest skipped
 
 
 class ChanceDraft(CountingDraft):
@@ -142,8 +107,9 @@ def test_a_sampled_stream_feeds_the_planner_chances_and_the_shadows_time():
     recorded = []
 
     class Recording(Planner):
-        def record_shadow_sampled(self, chances, k=None, *, draft_ms=None):
-            recorded.append((list(chances), draft_ms))
+        def observe(self, event):
+            if isinstance(event, Shadowed):
+                recorded.append((list(event.chances), event.draft_ms))
 
     ticks = iter(range(0, 10_000, 3))
     prompt = [1, 2, 3]
@@ -153,7 +119,7 @@ def test_a_sampled_stream_feeds_the_planner_chances_and_the_shadows_time():
 
     async def go():
         with ThreadPoolExecutor(1) as draft_thread:
-            shadow = Shadow(draft, draft_thread, Recording(), committed, block_k=lambda: 4, lookup=None,
+            shadow = Shadow(draft, draft_thread, Recording(), committed, lookup=None,
                             sampling=SamplingParams(temperature=0.8), clock=lambda: next(ticks) / 1000)
             for token in range(7, 7 + SHADOW_BATCH + 3):
                 committed.append(token)
@@ -249,14 +215,15 @@ def test_a_generation_that_starts_cloud_only_has_the_draft_read_the_prompt_first
     hits = []
 
     class Recording(Planner):
-        def record_shadow(self, seen, k=None, *, draft_ms=None):
-            hits.extend(seen)
+        def observe(self, event):
+            if isinstance(event, Shadowed):
+                hits.extend(event.chances)
 
     planner = Recording()
 
     async def go():
         with ThreadPoolExecutor(1) as draft_thread:
-            shadow = Shadow(run.draft, draft_thread, planner, run.committed, block_k=lambda: 4, lookup=None)
+            shadow = Shadow(run.draft, draft_thread, planner, run.committed, lookup=None)
             for token in (4, 5, 6):
                 run.committed.append(token)
                 shadow.observe([token], run.committed, 4096)
@@ -264,4 +231,4 @@ def test_a_generation_that_starts_cloud_only_has_the_draft_read_the_prompt_first
 
     asyncio.run(go())
     assert run.draft.tokens == run.committed and run.draft.run_over == 3 + 3
-    assert hits == [True, True, True]  # 4, 5 and 6 each predicted from the context before it
+    assert hits == [1.0, 1.0, 1.0]  # 4, 5 and 6 each predicted from the context before it
