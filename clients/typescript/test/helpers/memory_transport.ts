@@ -1,0 +1,61 @@
+/** A transport whose other end is a FakeVerifier in the same process (no sockets). */
+
+import { Code, StatusError } from "../../src/errors.js";
+import { MessageQueue } from "../../src/transport/queue.js";
+import type { GenerateStream, SessionStream, Transport } from "../../src/transport/types.js";
+import type { GenerateRequest, InfoResponse, SessionRequest, SessionResponse } from "../../src/wire.js";
+import { DRAINING_MESSAGE } from "../../src/errors.js";
+import type { FakeVerifier, Script } from "./fake_verifier.js";
+
+export class MemoryTransport implements Transport {
+  readonly kind = "memory";
+  reconnects = 0;
+
+  constructor(private readonly verifier: FakeVerifier, private readonly script: Script = {}) {}
+
+  session(): SessionStream {
+    const play = this.verifier.session();
+    const queue = new MessageQueue<SessionResponse>();
+    const script = this.script;
+    return {
+      send(message: SessionRequest) {
+        if (queue.isEnded) throw queue.endStatus ?? new StatusError(Code.UNAVAILABLE, "ended");
+        // (replies arrive on a later tick, as from a socket)
+        setTimeout(() => {
+          try {
+            for (const reply of play(message)) {
+              if (reply === null) {
+                const status = script.draining ? new StatusError(Code.UNAVAILABLE, DRAINING_MESSAGE) : new StatusError(script.cutCode ?? Code.UNAVAILABLE, "scripted cut");
+                queue.end(status);
+                return;
+              }
+              queue.push(reply);
+              if (reply.kind.case === "closed") queue.end(null);
+            }
+          } catch (error) {
+            queue.end(error as StatusError);
+          }
+        }, 0);
+      },
+      receive: (timeoutS: number) => queue.nextOrFail(timeoutS),
+      doneWriting() {},
+      cancel() {
+        queue.end(new StatusError(Code.CANCELLED, "cancelled"));
+      },
+    };
+  }
+
+  generate(_request: GenerateRequest): GenerateStream {
+    throw new StatusError(Code.UNIMPLEMENTED, "no Generate here");
+  }
+
+  async info(): Promise<InfoResponse> {
+    return this.verifier.info();
+  }
+
+  reconnect(): void {
+    this.reconnects += 1;
+  }
+
+  close(): void {}
+}
