@@ -1,4 +1,4 @@
-"""``edgespec make-draft``: make a draft for a real chat target (see edgespec.cloud.demo.realpair)."""
+"""``edgespec make-draft``: make a draft for a real chat target (see edgespec.cloud.training.make_draft)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from edgespec.cloud.demo.realpair import STAGES, MakeDraftConfig, make_draft
+from edgespec.cloud.training.make_draft import STAGES, MakeDraftConfig, make_draft
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

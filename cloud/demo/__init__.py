@@ -4,7 +4,7 @@ No model hub is reachable, so the project trains its own pair on a corpus every 
 The stages (see ``edgespec train-demo``):
 
 1. ``data``: list the stdlib's ``.py`` files, split them by file into train / validation /
-   held-out (:mod:`.corpus`), train a byte-level BPE tokenizer on the train split, encode each
+   held-out (:mod:`edgespec.cloud.training.corpus`), train a byte-level BPE tokenizer on the train split, encode each
    split into a flat token file and cut prompt files (:mod:`.data`, :mod:`.prompts`);
 2. ``target``: pretrain a deep, narrow Llama (:mod:`.pretrain`, shapes in :mod:`.models`);
 3. ``draft``: pretrain a two-layer draft on the same tokens (or grow a given one, :func:`.models.grow`);

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from edgespec.cloud.demo.corpus import (
+from edgespec.cloud.training.corpus import (
     SPLITS,
     SplitFractions,
     list_corpus,

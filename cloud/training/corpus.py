@@ -1,4 +1,5 @@
-"""The demo corpus: the Python standard library's own source, split by file.
+"""The Python standard library's own source, split by file: the demo pair's corpus and the code tasks of
+``edgespec make-draft``'s instructions.
 
 Splitting by file (not by window) keeps the held-out prompts honest: no line of a held-out
 file is ever seen in training, distillation or tuning. The split of a file depends only on a

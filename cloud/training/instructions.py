@@ -26,7 +26,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.cloud.demo.corpus import list_corpus, stdlib_root
+from edgespec.cloud.training.corpus import list_corpus, stdlib_root
 
 SUBJECTS = """
 photosynthesis; black holes; the water cycle; volcanoes; earthquakes; the moon landing;

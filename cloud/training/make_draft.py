@@ -83,7 +83,7 @@ def _log(message: str) -> None:
 
 
 def stage_prompts(config: MakeDraftConfig) -> list:
-    from edgespec.cloud.demo.instructions import instruction_sets, write_prompt_set
+    from edgespec.cloud.training.instructions import instruction_sets, write_prompt_set
 
     sets = instruction_sets()
     for name in ("heldout", "tuning"):
@@ -132,7 +132,7 @@ def stage_text(config: MakeDraftConfig) -> Path:
     import numpy as np
     from transformers import AutoTokenizer
 
-    from edgespec.cloud.demo.corpus import list_corpus, read_source, stdlib_root
+    from edgespec.cloud.training.corpus import list_corpus, read_source, stdlib_root
 
     path = config.out / "text.npy"
     if path.is_file():
@@ -245,7 +245,7 @@ def stage_eval(config: MakeDraftConfig) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from edgespec.cloud.demo.evaluate import Acceptance, simulate_greedy
+    from edgespec.cloud.training.simulate_acceptance import Acceptance, simulate_greedy
     from edgespec.cloud.training.loop import configure_threads
     from edgespec.cloud.training.vocab_draft import load_draft
     from edgespec.edge.lookup import LookupConfig
@@ -291,6 +291,6 @@ def make_draft(config: MakeDraftConfig) -> None:
     if "eval" in config.stages:
         stage_eval(config)
     if "ship" in config.stages:
-        from edgespec.cloud.demo.realship import ship_real_pair
+        from edgespec.cloud.training.make_draft_ship import ship_real_pair
 
         ship_real_pair(config)

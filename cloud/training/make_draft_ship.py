@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ def ship_real_pair(config) -> dict:
     ship, out = config.ship, config.out
     ship.mkdir(parents=True, exist_ok=True)
     final = out / "distill" / "final"
-    draft = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32, local_files_only=True)
+    draft = cast(Any, AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32, local_files_only=True))
     params = sum(p.numel() for p in draft.parameters())
     shutil.rmtree(ship / "draft-hf", ignore_errors=True)
     draft.to(torch.float16).save_pretrained(ship / "draft-hf")

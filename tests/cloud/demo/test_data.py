@@ -1,4 +1,4 @@
-"""The demo corpus split, tokenizer stage and prompt files (edgespec.cloud.demo.corpus/data/prompts)."""
+"""The demo corpus split, tokenizer stage and prompt files (edgespec.cloud.training.corpus, edgespec.cloud.demo.data and .prompts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgespec.cloud.demo.corpus import SPLITS, SplitFractions, is_data_like, list_corpus, split_digest, split_of
+from edgespec.cloud.training.corpus import SPLITS, SplitFractions, is_data_like, list_corpus, split_digest, split_of
 from edgespec.cloud.demo.data import DataConfig, prepare_data
 from edgespec.cloud.demo.prompts import PromptSpec, header_ends
 from edgespec.cloud.training.data import TokenStream

@@ -7,7 +7,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from edgespec.cloud.training.continuation import continue_prompts
-from edgespec.cloud.demo.evaluate import Acceptance, simulate_greedy
+from edgespec.cloud.training.simulate_acceptance import Acceptance, simulate_greedy
 from edgespec.edge.lookup import LookupConfig, lookup_next
 
 torch.set_num_threads(1)

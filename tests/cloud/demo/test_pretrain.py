@@ -11,7 +11,7 @@ import torch
 
 from edgespec.cli import train_demo as train_demo_cli
 from edgespec.cloud.demo import train as train_demo
-from edgespec.cloud.demo.corpus import SplitFractions
+from edgespec.cloud.training.corpus import SplitFractions
 from edgespec.cloud.demo.data import DataConfig, prepare_data
 from edgespec.cloud.demo.models import DRAFT_SHAPE, TARGET_SHAPES, ModelShape
 from edgespec.cloud.demo.pretrain import PretrainConfig, pretrain
