@@ -48,13 +48,16 @@ CONFIG_FLAGS = {
     "api_keys_file": str,
     "api_keys_env": str,
     "first_message_timeout_s": float,  # --first-message-timeout-s: a stream's Open must arrive within it
+    "allowed_origins": lambda text: tuple(origin.strip() for origin in text.split(",") if origin.strip()),  # web pages on the WebSocket route
     "backend": str,  # --backend transformers|vllm (VerifierConfig.backend)
     "tensor_parallel_size": int,  # vllm: GPUs per replica within a node
     "pipeline_parallel_size": int,  # vllm: pipeline stages, across nodes
 }
 FLAG_NAMES = {"api_keys_file": "--api-keys", "api_keys_env": "--api-keys-env", "torch_threads": "--threads"}
+FLAG_HELP = {"allowed_origins": "web origins (comma-separated, or *) whose pages may use the WebSocket route"}
 DEPRECATED_FLAGS = {"--torch-threads": "torch_threads"}  # old spelling -> field
 DEFAULT_TLS_PORT = 9443
+DEFAULT_WSS_PORT = 8443
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per replica")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT)
     parser.add_argument("--http-port", type=int, default=None,
-                        help="Serve's HTTP port (unused by edgespec; default: a free one outside Ray's port ranges)")
+                        help="Serve's HTTP port: the WebSocket session route (ws://HOST:PORT/v1/session) and /v1/info "
+                             "(default: a free one outside Ray's port ranges)")
     parser.add_argument("--haproxy-stats-port", type=int, default=None,
                         help="HAProxy's stats page (local Ray, HAProxy ingress; default: a free port)")
     parser.add_argument("--haproxy-metrics-port", type=int, default=None,
@@ -84,11 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain: terminate TLS (HAProxy) on --host:--tls-port")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     parser.add_argument("--tls-port", type=int, default=DEFAULT_TLS_PORT)
+    parser.add_argument("--wss-port", type=int, default=DEFAULT_WSS_PORT,
+                        help="with --tls-cert: where HAProxy terminates TLS for the WebSocket route (wss://HOST:PORT/v1/session)")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local instance)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the deployment to run")
     for name, kind in CONFIG_FLAGS.items():
         parser.add_argument(FLAG_NAMES.get(name, "--" + name.replace("_", "-")), dest=name, type=kind, default=None,
-                            help=f"the config key {name}")
+                            help=FLAG_HELP.get(name, f"the config key {name}"))
     for old, name in DEPRECATED_FLAGS.items():
         add_deprecated(parser, old, FLAG_NAMES[name], name, convert=CONFIG_FLAGS[name])
     parser.add_argument("--detach", action="store_true", help="return once deployed (the Ray cluster keeps serving)")
@@ -157,31 +163,34 @@ def run(args: argparse.Namespace) -> int:
     stopping = _install_stop_handlers(stop)
     haproxy = None
     if not (args.address or os.environ.get("RAY_ADDRESS")) and resolve_ingress(args.ingress) == "haproxy":
-        own_ports = (args.grpc_port, args.http_port, args.tls_port if args.tls_cert else None)
+        own_ports = (args.grpc_port, args.http_port, args.tls_port if args.tls_cert else None, args.wss_port if args.tls_cert else None)
         haproxy = HAProxyOwner.claim(stats_port=args.haproxy_stats_port, metrics_port=args.haproxy_metrics_port,
                                      expose_stats=args.expose_haproxy_stats, avoid=own_ports)
     terminator = None
     try:
         init_ray(args.address, ingress=args.ingress, haproxy=haproxy)
         _install_stop_handlers(stop, stopping)  # again: Ray's start put its own (C++, stack-printing) SIGTERM handler in
+        http_port = args.http_port if args.http_port is not None else free_port()
         address = serve_verifier(
-            config, options, grpc_port=args.grpc_port,
-            http_port=args.http_port if args.http_port is not None else free_port(),
+            config, options, grpc_port=args.grpc_port, http_port=http_port,
             host=ingress_host, timeout_s=args.timeout, progress=lambda message: print(message, flush=True),
         )
+        http_address = f"{'127.0.0.1' if ingress_host in ('0.0.0.0', '::') else ingress_host}:{http_port}"
         if args.tls_cert:
             from edgespec.cloud.serving.tls import TlsTerminator
 
             terminator = TlsTerminator(args.tls_cert, args.tls_key, upstream=address, listen_port=args.tls_port,
-                                       listen_host=host).start()
+                                       listen_host=host, http_upstream=http_address, http_listen_port=args.wss_port).start()
         where = f"TLS on {host}:{args.tls_port} (plaintext ingress {address}, loopback)" if terminator else f"{host}:{args.grpc_port}"
+        socket_url = f"wss://{host}:{args.wss_port}/v1/session" if terminator else f"ws://{host}:{http_port}/v1/session"
         auth = "API keys required" if config.api_keys_file or config.api_keys_env else "NO API keys: loopback only" \
             if is_loopback(host) else "NO API keys (--allow-unauthenticated)"
         if haproxy is not None:
             pids = haproxy.record_running()
             print(f"edgespec: HAProxy pid(s) {pids}: stats :{haproxy.stats_port}, metrics :{haproxy.metrics_port} "
                   f"({'all interfaces' if haproxy.expose_stats else 'loopback'}); its files in {haproxy.directory}", flush=True)
-        print(f"edgespec: serving {config.model_id} on gRPC {where}; {auth} (Ctrl-C to stop)", flush=True)
+        print(f"edgespec: serving {config.model_id} on gRPC {where} and WebSocket {socket_url}; {auth} (Ctrl-C to stop)",
+              flush=True)
         if args.detach:
             return 0
         stop.wait()

@@ -35,14 +35,14 @@ _joined_cluster = False  # init_ray joined a running cluster rather than startin
 
 def build_app(config: VerifierConfig, options: DeploymentOptions | None = None):
     """The Serve application: one Verifier deployment configured from ``config``."""
-    from edgespec.cloud.serving.deployment import VerifierDeployment
+    from edgespec.cloud.serving.deployment import ingress_deployment
 
     options = options or DeploymentOptions()
     actor_options = replica_actor_options(config, options)
     actor_options["runtime_env"] = replica_runtime_env(actor_options.get("runtime_env"))
     autoscaling = options.autoscaling(config)
     placement: dict[str, Any] = {"autoscaling_config": autoscaling} if autoscaling else {"num_replicas": options.num_replicas or 1}
-    return VerifierDeployment.options(
+    return ingress_deployment().options(
         **placement,
         **gpu_placement(config, options),
         max_ongoing_requests=max_ongoing_requests(config, options),

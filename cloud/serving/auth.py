@@ -15,6 +15,15 @@ are added and revoked without a restart) and/or from an environment variable hol
 mapping as JSON (``api_keys_env``, e.g. filled from a secret store). ``edgespec keys new``
 writes an entry and prints the key once.
 
+Short-lived tokens stand in for a key where the key would be public (a web page, an app): the
+app's backend, which holds the key, mints ``est1.<payload>.<mac>`` (``mint_token``, or
+``edgespec keys mint``): the payload is base64url JSON ``{"kid": key id, "exp": unix seconds
+[, "origin": a web origin]}``, the mac base64url HMAC-SHA256 of the payload segment (its ASCII
+text as it stands in the token) keyed with the key's SHA-256 digest (32 bytes), which the key
+store holds. A token is accepted wherever a key is, as that key (its quotas too), until it
+expires; one bound to an origin is refused where the request's Origin is another. (So the keys
+file can mint tokens for every key in it: keep it as private as the keys.)
+
 A request without a key, or with one that is not listed, is refused UNAUTHENTICATED before any
 model work; a key over its quota gets RESOURCE_EXHAUSTED with the seconds to wait in the
 message. Both quotas are counted on each replica; with a ``FleetQuota`` (fleet_quota.py, which
@@ -24,8 +33,12 @@ holds whatever the replica count.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -101,8 +114,53 @@ def parse_keys(data: dict, source: str) -> dict[str, ApiKey]:
     return keys
 
 
+TOKEN_PREFIX = "est1."
+MAX_TOKEN_TTL_S = 24 * 3600  # short-lived: a token that leaks is good for at most this long
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(key_digest: str, payload_segment: str) -> bytes:
+    return hmac.new(bytes.fromhex(key_digest), payload_segment.encode("ascii"), hashlib.sha256).digest()
+
+
+def mint_token(key_id: str, key_digest: str, ttl_s: float, *, origin: str = "", now: float | None = None) -> str:
+    """A token for the key ``key_id`` (whose SHA-256 digest is ``key_digest``: ``digest(key)``, or
+    the key store's entry), valid for ``ttl_s`` seconds from ``now``; bound to ``origin`` if given."""
+    if not 0 < ttl_s <= MAX_TOKEN_TTL_S:
+        raise ValueError(f"ttl must be between 1 and {MAX_TOKEN_TTL_S} seconds (tokens are short-lived), got {ttl_s:g}")
+    payload: dict = {"kid": key_id, "exp": int((time.time() if now is None else now) + ttl_s)}
+    if origin:
+        payload["origin"] = origin.lower().rstrip("/")
+    segment = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+    return f"{TOKEN_PREFIX}{segment}.{_b64(_mac(key_digest, segment))}"
+
+
+def token_claims(token: str) -> tuple[dict, str, bytes]:
+    """(payload, payload segment, mac) of a token, unverified; UNAUTHENTICATED when malformed."""
+    try:
+        segment, mac_text = token[len(TOKEN_PREFIX):].split(".")
+        payload, mac = json.loads(_unb64(segment)), _unb64(mac_text)
+        if not (isinstance(payload, dict) and isinstance(payload.get("kid"), str) and isinstance(payload.get("exp"), int)):
+            raise ValueError("the payload needs kid (string) and exp (integer)")
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise status_error(grpc.StatusCode.UNAUTHENTICATED, (
+            f"malformed token ({exc}): send the whole est1.<payload>.<mac> string your backend minted")) from None
+    return payload, segment, mac
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def key_from_metadata(metadata: Iterable[tuple[str, str]] | None) -> str | None:
-    """The key a request presents, or None."""
+    """The key (or token) a request presents, or None."""
     for name, value in metadata or ():
         name = name.lower()
         if name == "x-api-key" and value:
@@ -176,16 +234,52 @@ class KeyRing:
         found = digest(key)
         return self._file_keys.get(found) or self._env_keys.get(found)
 
+    def by_id(self, key_id: str) -> ApiKey | None:
+        if self.path is not None:
+            with self._lock:
+                self._reload()
+        return next((key for key in (*self._file_keys.values(), *self._env_keys.values()) if key.key_id == key_id), None)
+
+    def verify_token(self, token: str, *, origin: str | None = None, now: float | None = None) -> ApiKey:
+        """The key a token stands for; UNAUTHENTICATED (unknown key, bad signature, expired, too
+        long-lived) or PERMISSION_DENIED (bound to an origin other than the request's ``origin``)."""
+        payload, segment, mac = token_claims(token)
+        key = self.by_id(payload["kid"])
+        if key is None:
+            raise status_error(grpc.StatusCode.UNAUTHENTICATED, (
+                f"the token's key {payload['kid']!r} is unknown or revoked: mint tokens from a key this verifier lists"))
+        if not hmac.compare_digest(mac, _mac(key.sha256, segment)):
+            raise status_error(grpc.StatusCode.UNAUTHENTICATED, (
+                f"the token's signature does not match key {key.key_id!r}: mint it again from that key "
+                "(edgespec keys mint, or your backend), and send it unchanged"))
+        now = time.time() if now is None else now
+        if payload["exp"] <= now:
+            raise status_error(grpc.StatusCode.UNAUTHENTICATED, (
+                f"the token expired at {_utc(payload['exp'])} ({now - payload['exp']:.0f}s ago): fetch a fresh one from "
+                "the app's backend"))
+        if payload["exp"] > now + MAX_TOKEN_TTL_S + 60:
+            raise status_error(grpc.StatusCode.UNAUTHENTICATED, (
+                f"the token lives until {_utc(payload['exp'])}, past this verifier's limit of {MAX_TOKEN_TTL_S}s: mint it "
+                "with a shorter ttl"))
+        bound = payload.get("origin")
+        if bound and origin is not None and origin.lower().rstrip("/") != bound:
+            raise status_error(grpc.StatusCode.PERMISSION_DENIED, f"the token is for pages of {bound}, not {origin}")
+        return key
+
     def authenticate(self, metadata) -> ApiKey | None:
-        """The caller's key, or None when no keys are configured; raises UNAUTHENTICATED."""
+        """The caller's key (a token's), or None when no keys are configured; raises UNAUTHENTICATED."""
         if not self.enabled:
             return None
         presented = key_from_metadata(metadata)
         if presented is None:
             raise status_error(
                 grpc.StatusCode.UNAUTHENTICATED,
-                "no API key: send it in the metadata as 'authorization: Bearer <key>' (or 'x-api-key: <key>')",
+                ("no API key: send a key or token in the metadata as 'authorization: Bearer <key>' (or 'x-api-key: <key>'); "
+                 "over WebSocket, as the subprotocol edgespec.auth.<key>"),
             )
+        if presented.startswith(TOKEN_PREFIX):
+            origin = next((value for name, value in metadata or () if name.lower() == "origin"), None)
+            return self.verify_token(presented, origin=origin)
         key = self.lookup(presented)
         if key is None:
             raise status_error(grpc.StatusCode.UNAUTHENTICATED, "unknown or revoked API key: check the key the device sends")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,11 @@ class VerifierConfig:
         api_keys_file: YAML/JSON file of API keys (``cloud/serving/auth.py``), re-read when it
             changes; with it (or ``api_keys_env``) every request needs a key.
         api_keys_env: name of an environment variable holding the same mapping as JSON.
+        allowed_origins: the web origins (``https://app.example.com``, scheme://host[:port]) whose
+            pages may use the WebSocket route and /v1/info (``websocket.py``): a browser always sends
+            its page's Origin, and one not listed is closed 4007 PERMISSION_DENIED before any work.
+            Empty (the default) admits no browser page; ``*`` admits every one. Requests without an
+            Origin (native apps, Node, devices) are not affected.
         allow_unauthenticated: without keys the verifier answers callers on its own machine only (a
             replica's own port, 40000-41000 with the HAProxy ingress, listens on every
             interface); True serves any caller without a key.
@@ -121,6 +127,7 @@ class VerifierConfig:
     api_keys_file: str = ""
     api_keys_env: str = ""
     allow_unauthenticated: bool = False
+    allowed_origins: tuple[str, ...] = ()
     max_kv_bytes: int = 4 << 30
     max_q_entries: int = 1024
     model_stuck_s: float = 120.0
@@ -150,6 +157,7 @@ class VerifierConfig:
         _positive(self, "max_kv_bytes", "max_q_entries", "max_pending_streams", "max_pending_streams_per_key")
         if self.api_keys_file and not Path(self.api_keys_file).is_file():
             raise ValueError(f"api_keys_file: {self.api_keys_file!r} is not a file")
+        object.__setattr__(self, "allowed_origins", checked_origins(self.allowed_origins))
         if self.max_tree_tokens < 0:
             raise ValueError(f"max_tree_tokens must be >= 0 (0 = chains only), got {self.max_tree_tokens}")
         if self.batch_wait_timeout_s < 0:
@@ -304,6 +312,21 @@ def model_max_context(config: VerifierConfig) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return DEFAULT_MAX_CONTEXT
+
+
+ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
+
+
+def checked_origins(origins: Any) -> tuple[str, ...]:
+    """``allowed_origins`` as a tuple of lowercase origins; ValueError names a malformed entry."""
+    if isinstance(origins, str) or not all(isinstance(origin, str) for origin in origins):
+        raise ValueError(f"allowed_origins must be a list of origins such as https://app.example.com, got {origins!r}")
+    checked = tuple(origin.lower() for origin in origins)
+    for origin in checked:
+        if origin != "*" and not ORIGIN.fullmatch(origin):
+            raise ValueError(f"allowed_origins: {origin!r} is not an origin: give scheme://host[:port] (no path, no "
+                             "trailing slash), e.g. https://app.example.com, or * for every origin")
+    return checked
 
 
 def _positive(config: Any, *names: str) -> None:

@@ -33,7 +33,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -153,10 +153,25 @@ class VerifierDeployment:
     # ---- the speculative session -------------------------------------------------------
 
     async def Session(self, requests: AsyncIterator[pb.SessionRequest], grpc_context=None):
+        """The session over gRPC: ``session``'s refusal becomes the stream's status."""
+        try:
+            async for response in self.session(requests, lambda: self._authenticate(grpc_context)):
+                yield response
+        except ServerError as exc:
+            raise self._fail(grpc_context, exc.code, exc.details) from None
+
+    async def session(self, requests: AsyncIterator, authenticate: Callable[[], ApiKey | None]):
+        """One speculative session, whatever carries it (gRPC above, WebSocket in websocket.py).
+
+        ``requests``: the client's messages, each a SessionRequest or the ``Malformed`` its bytes
+        were (servicers.py); ``authenticate``: the caller's key, raising before any message is read.
+        Yields SessionResponses. Ends when the client closes its side or after Close; every refusal
+        leaves as the ServerError its client receives; a client that goes away is no error.
+        """
         session: SessionState | None = None
         session_id, key = "", None
         try:
-            key = self._authenticate(grpc_context)
+            key = authenticate()
             while True:
                 request = await self._next_message(requests, first=session is None, key=key)
                 if request is None:
@@ -194,7 +209,7 @@ class VerifierDeployment:
         except Exception as exc:
             if _client_gone(exc):
                 raise
-            raise self._status(grpc_context, exc, f"session {session_id}", key) from None
+            raise self._refusal(exc, f"session {session_id}", key) from None
         finally:
             if session is not None:
                 self._release(session)
@@ -370,12 +385,17 @@ class VerifierDeployment:
     # ---- unary calls ---------------------------------------------------------------------
 
     async def Info(self, request: pb.InfoRequest, grpc_context=None) -> pb.InfoResponse:
-        """What every client needs; the replica's own diagnostics only to a caller with a key."""
+        """Info over gRPC (``info``)."""
         try:
             _checked(request, "InfoRequest")
             key = self._authenticate(grpc_context, required=False)
         except ServerError as exc:
             raise self._status(grpc_context, exc, "info") from None
+        return self.info(key)
+
+    def info(self, key: ApiKey | None) -> pb.InfoResponse:
+        """What every client needs; the replica's own diagnostics only to a caller with a key
+        (or to any caller of a verifier without keys)."""
         diagnostics = None
         if key is not None or not self.keys.enabled:
             info = self.verifier.backend.info
@@ -385,6 +405,14 @@ class VerifierDeployment:
                                    decode_ms=self.decode_ms.value(), stream_ms=self.stream_ms.value(),
                                    max_message_bytes=message_cap(),
                                    auth_required=self.keys.enabled, diagnostics=diagnostics)
+
+    def __serve_build_asgi_app__(self):
+        """The replica's HTTP routes behind Serve's HTTP ingress (``app.py`` makes the deployment an
+        ASGI ingress): the Session over WebSocket and Info, through the same code as over gRPC."""
+        from edgespec.cloud.serving.websocket import build_asgi_app
+
+        return build_asgi_app(session=self.session, info=self.info, authenticate=self._authenticate,
+                              allowed_origins=self.config.allowed_origins)
 
     async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:
         if isinstance(request, Malformed):
@@ -442,7 +470,8 @@ class VerifierDeployment:
     # ---- helpers ---------------------------------------------------------------------------
 
     def _authenticate(self, grpc_context, *, required: bool = True) -> ApiKey | None:
-        """The caller's key (None without keys configured); UNAUTHENTICATED before any work."""
+        """The caller's key (None without keys configured); UNAUTHENTICATED before any work.
+        ``grpc_context``: a gRPC call's, or the ``websocket.Caller`` of an HTTP request."""
         if not self.keys.enabled:
             if grpc_context is not None and not self.config.allow_unauthenticated and not is_loopback_peer(grpc_context.peer()):
                 raise status_error(grpc.StatusCode.PERMISSION_DENIED, (
@@ -464,20 +493,23 @@ class VerifierDeployment:
         self.metrics.record_batch([item for item, _ in done], [verdict for _, verdict in done])
 
     def _status(self, grpc_context, exc: Exception, what: str, key: ApiKey | None = None) -> Exception:
-        """Turns an exception of a stream into the status its client receives.
+        """Turns an exception of a stream into the status its client receives (``_refusal``)."""
+        refusal = self._refusal(exc, what, key)
+        return self._fail(grpc_context, refusal.code, refusal.details)
+
+    def _refusal(self, exc: Exception, what: str, key: ApiKey | None = None) -> ServerError:
+        """What a client is told when its request ends in ``exc``, counted in the error metric.
 
         A ServerError is the client's to fix and keeps its code; anything else is ours
         (INTERNAL, logged with its traceback).
         """
         if is_draining_error(exc):  # a move, not a failure: no error in the metric
-            return self._fail(grpc_context, exc.code, exc.details)
-        if isinstance(exc, ServerError):
-            code, message = exc.code, exc.details
-        else:
+            return exc
+        if not isinstance(exc, ServerError):
             log.exception("%s failed", what)
-            code, message = grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; {RECONNECT}"
-        self.metrics.error(code, key.key_id if key else "")
-        return self._fail(grpc_context, code, message)
+            exc = status_error(grpc.StatusCode.INTERNAL, f"verifier error: {exc!r}; {RECONNECT}")
+        self.metrics.error(exc.code, key.key_id if key else "")
+        return exc
 
     @staticmethod
     def _fail(grpc_context, code: grpc.StatusCode, message: str) -> Exception:
@@ -491,3 +523,10 @@ class VerifierDeployment:
             grpc_context.set_details(message)
         return RuntimeError(message)
 
+
+def ingress_deployment():
+    """The deployment Serve runs: ``VerifierDeployment`` as Serve's ASGI ingress too, so its replicas
+    serve the WebSocket session route and Info beside the gRPC methods (``__serve_build_asgi_app__``).
+    Wrapped here rather than by decorating the class: ``serve.ingress`` makes ``__init__`` async,
+    and the class is also driven directly, without Serve."""
+    return serve.deployment(name=DEPLOYMENT_NAME)(serve.ingress()(VerifierDeployment.func_or_class))

@@ -5,8 +5,10 @@ Serve's ingresses speak plaintext HTTP/2. ``TlsTerminator`` runs HAProxy (the bi
 RAY_SERVE_HAPROXY_BINARY_PATH override, the bundled binary, or ``haproxy`` on PATH) with a
 generated configuration: TLS with ALPN h2 on the public address, the decrypted HTTP/2 byte
 stream forwarded untouched to the ingress on loopback (``mode tcp``: no HTTP parsing, so long
-bidirectional streams pass as they are). The same configuration serves a production head node
-(``render_config``; cluster/README.md shows the layout).
+bidirectional streams pass as they are). With ``http_upstream`` a second listener terminates
+TLS (ALPN http/1.1) for Serve's HTTP ingress the same way: ``wss://`` for the WebSocket session
+route (websocket.py), the upgrade and frames passed through untouched. The same configuration
+serves a production head node (``render_config``; cluster/README.md shows the layout).
 """
 
 from __future__ import annotations
@@ -42,13 +44,28 @@ backend edgespec_ingress
     server ingress {upstream}
 """
 
+HTTP_SECTION = """
+frontend edgespec_wss
+    bind {listen} ssl crt {pem} alpn http/1.1
+    maxconn {maxconn}
+    default_backend edgespec_http
 
-def render_config(*, listen: str, pem: str | Path, upstream: str, maxconn: int = 4096) -> str:
-    """An HAProxy configuration terminating TLS on ``listen`` for the ingress at ``upstream``.
+backend edgespec_http
+    server http {upstream}
+"""
+
+
+def render_config(*, listen: str, pem: str | Path, upstream: str, maxconn: int = 4096, http_listen: str = "",
+                  http_upstream: str = "") -> str:
+    """An HAProxy configuration terminating TLS on ``listen`` for the gRPC ingress at ``upstream``
+    and, given ``http_listen``, on it for the HTTP ingress at ``http_upstream`` (wss://).
 
     ``pem``: the server certificate chain followed by its private key, in one file.
     """
-    return CONFIG.format(listen=listen, pem=pem, upstream=upstream, maxconn=maxconn)
+    text = CONFIG.format(listen=listen, pem=pem, upstream=upstream, maxconn=maxconn)
+    if http_listen:
+        text += HTTP_SECTION.format(listen=http_listen, pem=pem, upstream=http_upstream, maxconn=maxconn)
+    return text
 
 
 WRAPPER_MARK = "edgespec: haproxy_owner.py"  # in the wrapper haproxy_owner writes
@@ -86,19 +103,30 @@ class TlsTerminator:
     """HAProxy terminating TLS on ``listen_host:listen_port`` for the plaintext ingress at ``upstream``."""
 
     def __init__(self, cert: str | Path, key: str | Path, *, upstream: str, listen_port: int, listen_host: str = "0.0.0.0",
-                 maxconn: int = 4096):
+                 maxconn: int = 4096, http_upstream: str = "", http_listen_port: int = 0):
         self.cert, self.key = Path(cert), Path(key)
         for name, path in (("tls_cert", self.cert), ("tls_key", self.key)):
             if not path.is_file():
                 raise FileNotFoundError(f"{name}: {path} not found (PEM)")
         self.upstream, self.listen_host, self.listen_port, self.maxconn = upstream, listen_host, listen_port, maxconn
+        if bool(http_upstream) != bool(http_listen_port):
+            raise ValueError("http_upstream and http_listen_port go together (wss:// for the HTTP ingress)")
+        self.http_upstream, self.http_listen_port = http_upstream, http_listen_port
         self._dir: tempfile.TemporaryDirectory | None = None
         self.process: subprocess.Popen | None = None
 
     @property
     def address(self) -> str:
-        host = "127.0.0.1" if self.listen_host in ("0.0.0.0", "::", "") else self.listen_host
-        return f"{host}:{self.listen_port}"
+        return f"{self._host}:{self.listen_port}"
+
+    @property
+    def http_address(self) -> str:
+        """Where wss:// connects ("" without the HTTP listener)."""
+        return f"{self._host}:{self.http_listen_port}" if self.http_listen_port else ""
+
+    @property
+    def _host(self) -> str:
+        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "::", "") else self.listen_host
 
     def start(self, timeout_s: float = 10.0) -> "TlsTerminator":
         self._dir = tempfile.TemporaryDirectory(prefix="edgespec-tls-")
@@ -107,8 +135,9 @@ class TlsTerminator:
         pem.write_bytes(self.cert.read_bytes().rstrip(b"\n") + b"\n" + self.key.read_bytes())
         os.chmod(pem, 0o600)
         config = workdir / "haproxy.cfg"
+        http_listen = f"{self.listen_host}:{self.http_listen_port}" if self.http_listen_port else ""
         config.write_text(render_config(listen=f"{self.listen_host}:{self.listen_port}", pem=pem, upstream=self.upstream,
-                                        maxconn=self.maxconn))
+                                        maxconn=self.maxconn, http_listen=http_listen, http_upstream=self.http_upstream))
         check = subprocess.run([haproxy_binary(), "-c", "-f", str(config)], capture_output=True, text=True, timeout=30)
         if check.returncode != 0:
             raise RuntimeError(f"HAProxy refused the TLS configuration: {check.stdout[-1500:]}{check.stderr[-1500:]}")

@@ -62,6 +62,7 @@ class Server:
     grpc_port: int
     pair: ModelPair
     metrics_port: int
+    http_port: int = 0  # Serve's HTTP ingress: the WebSocket route and /v1/info
 
 
 def start_server(pair: ModelPair, **config_overrides) -> Server:
@@ -75,16 +76,16 @@ def start_server(pair: ModelPair, **config_overrides) -> Server:
                            "(modules using the shared `server` fixture run last, see tests/conftest.py)")
     metrics_port = free_port()
     init_ray(num_cpus=4, metrics_export_port=metrics_port)
-    port = free_port()
+    port, http_port = free_port(), free_port()
     config = VerifierConfig(model=str(pair.target_dir), device="cpu", **config_overrides)
     serve_verifier(
         config,
         DeploymentOptions(num_cpus=0.5),
         grpc_port=port,
-        http_port=free_port(),
+        http_port=http_port,
         timeout_s=SERVE_START_TIMEOUT_S,
     )
-    return Server(f"127.0.0.1:{port}", port, pair, metrics_port)
+    return Server(f"127.0.0.1:{port}", port, pair, metrics_port, http_port)
 
 
 def stop_server() -> None:
