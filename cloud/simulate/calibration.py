@@ -129,6 +129,7 @@ class VerifyModel:
     batch: tuple[int, ...] = ()
     tokens_per_row: tuple[int, ...] = ()
     ms: tuple[tuple[float, ...], ...] = ()
+    _looked_up: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # table: (batch, tokens) -> ms
 
     def __post_init__(self) -> None:
         for name in ("a_ms", "b_ms", "c_ms"):
@@ -160,9 +161,12 @@ class VerifyModel:
     def __call__(self, batch: int, tokens_per_row: int) -> float:
         if not self.is_table:
             return self.a_ms + self.b_ms * batch + self.c_ms * batch * tokens_per_row
-        per_batch = [_interpolate(tokens_per_row, self.tokens_per_row, row) for row in self.ms]
-        # NOTE: extrapolation can go negative on a strange table; a forward never takes < 1 us.
-        return max(_interpolate(batch, self.batch, per_batch), 1e-3)
+        key = (batch, tokens_per_row)
+        if key not in self._looked_up:  # (a simulation asks for the same few shapes at every forward)
+            per_batch = [_interpolate(tokens_per_row, self.tokens_per_row, row) for row in self.ms]
+            # NOTE: extrapolation can go negative on a strange table; a forward never takes < 1 us.
+            self._looked_up[key] = max(_interpolate(batch, self.batch, per_batch), 1e-3)
+        return self._looked_up[key]
 
     def to_dict(self) -> dict[str, Any]:
         if self.is_table:
