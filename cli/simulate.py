@@ -9,7 +9,12 @@
 
 ``plan``: replicas needed for a per-session goal, speculative vs cloud-only, and the autoscaling
 policy (``edgespec.cloud.simulate.plan``, which explains the method); with ``--out DIR`` it
-writes ``plan.json``.
+writes ``plan.json``. With ``--model``, the plan per link class in steady state at percentile
+SLOs, both paths and both backends' KV policies, with what binds each row
+(``edgespec.cloud.simulate.link_plan``):
+
+    edgespec simulate plan --model llama-3-8b --gpu h100 --link wifi,5g,4g --slo-ms 20,30,50 \\
+        [--percentile 90] [--prompt-tokens 512 --max-new-tokens 512] [--batch-curve measured.json] [--markdown]
 
 A run with ``--out DIR`` writes ``result.json`` (figures and per-device ms/token) and the calibration
 used; ``--plots`` adds the sweeps around this scenario (speedup vs RTT, best k vs RTT,
@@ -30,6 +35,9 @@ from edgespec.cli.flags import add_deprecated
 from edgespec.cloud.simulate.calibration import Calibration, VerifyModel
 from edgespec.cloud.simulate.config import FleetConfig
 from edgespec.cloud.simulate.engine import simulate
+from edgespec.cloud.simulate.hardware import Hardware
+from edgespec.cloud.simulate.link_plan import SteadyConfig, plan_links
+from edgespec.cloud.simulate.memory import Workload
 from edgespec.cloud.simulate.plan import PlanConfig, batch_curve, plan
 from edgespec.cloud.simulate.result import finite_json
 from edgespec.cloud.simulate import sweeps
@@ -39,12 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", nargs="?", default="run", choices=("run", "plan"),
                         help="run: simulate one fleet (default); plan: replicas needed for a goal, SD vs cloud-only")
     parser.add_argument("--devices", type=int, default=1, help="edge devices, one session each")
-    parser.add_argument("--link", dest="link_mix", default="wifi",
-                        help="the devices' link profiles: NAME or NAME:WEIGHT,... (edgespec link --help; default %(default)s)")
+    parser.add_argument("--link", dest="link_mix", default=None,
+                        help="the devices' link profiles: NAME or NAME:WEIGHT,... (edgespec link --help; default wifi; "
+                             "plan --model: the link classes, default wifi,5g,4g)")
     add_deprecated(parser, "--link-mix", "--link", "link_mix")
     add_deprecated(parser, "--profile-mix", "--link", "link_mix")
     parser.add_argument("--replicas", type=int, default=1, help="verifier replicas (devices assigned round-robin)")
-    parser.add_argument("--k", default="4", help="drafts per round, or 'auto' for the SDK's adaptive policy")
+    parser.add_argument("--k", default=None, help="drafts per round, or 'auto' for the SDK's adaptive policy "
+                        "(default 4; plan --model: auto)")
     parser.add_argument("--max-k", type=int, default=16, help="the server's max_k (default %(default)s)")
     add_deprecated(parser, "--k-max", "--max-k", "max_k", convert=int)
     parser.add_argument("--max-batch-size", type=int, default=None, help="most rows per replica forward (run: 32; plan: --max-sessions)")
@@ -77,9 +87,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--goal-stat", choices=("mean", "p90"), default="mean", help="plan: the goal holds for this statistic over sessions")
     plan.add_argument("--concurrency", type=float, default=1.0, help="plan: fraction of devices generating at once")
     plan.add_argument("--max-sessions", type=int, default=256, help="plan: most sessions one replica admits")
+    plan.add_argument("--model", help="plan per link: target(s) by name, comma-separated (cloud/simulate/hardware.json: "
+                      "llama-2-7b, llama-3-8b, llama-3-70b); the step is the roofline unless --batch-curve gives a measured table")
+    plan.add_argument("--gpu", default="h100", help="plan per link: GPU(s) by name, comma-separated (h100, h200; default %(default)s)")
+    plan.add_argument("--tensor-parallel-size", type=int, help="plan per link: GPUs a replica splits the target over "
+                      "(default: the cluster/ layout's, 1 for a model it does not split)")
+    plan.add_argument("--slo-ms", default="20,30,50", help="plan per link: SLOs in ms/token, comma-separated (default %(default)s)")
+    plan.add_argument("--percentile", type=float, default=90.0, help="plan per link: the SLO holds for this percentile "
+                      "of each session's 1 s windows of ms/token (default %(default)s)")
+    plan.add_argument("--prompt-tokens", type=int, default=512, help="plan per link: a session's prompt (default %(default)s)")
+    plan.add_argument("--max-new-tokens", type=int, default=512, help="plan per link: a session's max_new_tokens (default %(default)s)")
+    plan.add_argument("--markdown", action="store_true", help="plan per link: print the compact markdown table too")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "plan" and args.model:
+        return link_plan_command(args)
+    args.link_mix = args.link_mix or "wifi"
+    args.k = args.k or "4"
     if args.what == "plan":
         return _plan(args)
     try:
@@ -155,6 +180,42 @@ def _plan(args: argparse.Namespace) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "plan.json").write_text(json.dumps(finite_json(result.to_dict()), indent=2) + "\n")
+        print(f"wrote {args.out / 'plan.json'}")
+    return 0
+
+
+def link_plan_command(args: argparse.Namespace) -> int:
+    """``plan --model``: the per-link steady-state plan for each model x GPU asked."""
+    try:
+        calibration = plan_calibration(args)
+        measured = calibration.verify if (args.batch_curve or args.target_step_ms is not None) else None
+        links = tuple(part.split(":")[0].strip() for part in (args.link_mix or "wifi,5g,4g").split(",") if part.strip())
+        FleetConfig(link_mix=",".join(links))  # names checked against the profiles
+        config = SteadyConfig(
+            links=links, slos_ms=tuple(float(v) for v in args.slo_ms.split(",") if v.strip()), percentile=args.percentile,
+            max_sessions=args.max_sessions, batch_wait_ms=args.batch_wait_timeout_s * 1000.0, k=args.k or "auto",
+            workload=Workload(args.prompt_tokens, args.max_new_tokens), seed=args.seed,
+            **({"measure_s": args.duration} if args.duration else {}),
+        )
+        hardware = Hardware.load()
+        deployments = [hardware.deployment(m.strip(), g.strip(), args.tensor_parallel_size)
+                       for m in args.model.split(",") for g in args.gpu.split(",")]
+    except (OSError, ValueError) as exc:
+        print(f"edgespec simulate plan: {exc}", file=sys.stderr)
+        return 2
+    started, plans = time.perf_counter(), []
+    for deployment in deployments:
+        result = plan_links(deployment, hardware, calibration, config, measured)
+        plans.append(result.to_dict())
+        print(result.table())
+        if args.markdown:
+            print(result.markdown())
+        print()
+    print(f"calibration: {calibration.source}")
+    print(f"(planned in {time.perf_counter() - started:.1f} s wall)")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "plan.json").write_text(json.dumps(finite_json(plans), indent=2) + "\n")
         print(f"wrote {args.out / 'plan.json'}")
     return 0
 

@@ -92,6 +92,7 @@ class _Device:
     tokens: int = 0
     finish_ms: float | None = None
     rounds: int = 0
+    arrivals: list = field(default_factory=list)  # (ms, tokens so far) at each delivery: steady-state windows
     drafted: int = 0
     accepted: int = 0
     # the round in flight
@@ -244,6 +245,7 @@ class FleetSimulation:
     def _verdict(self, device: _Device) -> None:
         k, n = device.k, device.accepted_now
         device.tokens += int(min(n + 1, self.budget - device.tokens))
+        device.arrivals.append((self.now, device.tokens))
         device.rounds += 1
         device.drafted += k
         device.accepted += n
@@ -302,6 +304,7 @@ class FleetSimulation:
 
     def _token_arrives(self, device: _Device) -> None:
         device.tokens += 1
+        device.arrivals.append((self.now, device.tokens))
         device.rounds += 1
         if device.tokens >= self.budget:
             device.finish_ms = self.now
@@ -431,6 +434,7 @@ class FleetSimulation:
             devices_without_tokens=sum(1 for d in self.devices if d.tokens == 0),
             ingress_busy_ms=[r.ingress_busy_ms for r in self.replicas],
             gather_wait_ms=sum(r.gather_wait_ms for r in self.replicas),
+            arrivals=[d.arrivals for d in self.devices],
         )
 
 

@@ -41,6 +41,7 @@ class PathResult:
     devices_without_tokens: int = 0
     ingress_busy_ms: list[float] = field(default_factory=list)
     gather_wait_ms: float = 0.0  # summed over forwards: the model free with rows queued, waiting for more
+    arrivals: list[list[tuple[float, int]]] = field(default_factory=list)  # per device: (ms, tokens so far) at each delivery
 
     @property
     def mean_ms_per_token(self) -> float:
