@@ -31,7 +31,7 @@ export interface GenerationOptions {
   /** Drafts per round: a number or "auto" (adaptive). */
   k?: number | "auto";
   /** Default: the draft's end-of-sequence ids. */
-  stopTokenIds?: number[];
+  stopTokenIds?: readonly number[];
   topN?: number;
   lookup?: boolean | "only";
   lookupWeight?: number;
