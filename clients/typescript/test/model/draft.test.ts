@@ -6,30 +6,15 @@ import { describe, it } from "node:test";
 import * as ort from "onnxruntime-node";
 
 import { DraftIntegrityError } from "../../src/errors.js";
-import { type DraftModel, PositionDraws, loadDraft, lookupConfig, memoryFiles } from "../../src/model/index.js";
+import * as model from "../../src/model/index.js";
+import { loadDraft, memoryFiles } from "../../src/model/index.js";
 import { DEMO_DRAFT, REAL_DRAFT, pythonReference } from "./reference.js";
+import { replayScript } from "./script.js";
 
 interface DraftReference {
   script: [string, unknown][];
   runs: { prompt_ids: number[]; results: unknown[]; tokens: number[] }[];
   eos_token_ids: number[];
-}
-
-const SAMPLING = { temperature: 0.8, topK: 0, topP: 1, seed: 7n };
-
-/** One step of python_reference.py's DRAFT_SCRIPT, as edge/draft.py's DraftModel ran it. */
-async function step(draft: DraftModel, promptLength: number, op: string, arg: unknown): Promise<unknown> {
-  switch (op) {
-    case "propose": return (await draft.propose(arg as number)).tokens;
-    case "propose_lookup": return (await draft.propose(arg as number, { lookup: lookupConfig() })).tokens;
-    case "propose_coupled": return (await draft.propose(arg as number, { sampling: SAMPLING, rng: new PositionDraws(7) })).tokens;
-    case "propose_coupled_top8":
-      return (await draft.propose(arg as number, { sampling: SAMPLING, rng: new PositionDraws(7), topN: 8 })).tokens;
-    case "rollback_keep": draft.rollbackTo(promptLength + (arg as number)); return draft.tokens.length;
-    case "append": draft.append([arg as number]); return draft.tokens.length;
-    case "observe": return draft.observe(arg as number[]);
-    default: throw new Error(op);
-  }
 }
 
 for (const [name, dir] of [["demo", DEMO_DRAFT], ["smollm2-135m (int8, vocab-mapped)", REAL_DRAFT]] as const) {
@@ -38,13 +23,11 @@ for (const [name, dir] of [["demo", DEMO_DRAFT], ["smollm2-135m (int8, vocab-map
     const draft = await loadDraft({ ort, source: dir });
 
     it("drafts the Python draft's tokens: greedy, lookup, observe and coupled, with rollbacks between", async () => {
-      for (const run of reference.runs) {
-        draft.reset(run.prompt_ids);
-        for (const [i, [op, arg]] of reference.script.entries()) {
-          assert.deepEqual(await step(draft, run.prompt_ids.length, op, arg), run.results[i], `step ${i} (${op})`);
-        }
-        assert.deepEqual(draft.tokens, run.tokens);
-      }
+      const runs = await replayScript(draft, model, reference.script, reference.runs.map((run) => run.prompt_ids));
+      runs.forEach((run, i) => {
+        run.results.forEach((result, j) => assert.deepEqual(result, reference.runs[i].results[j], `run ${i} step ${j} (${reference.script[j][0]})`));
+        assert.deepEqual(run.tokens, reference.runs[i].tokens);
+      });
     });
 
     it("has the Python draft's end tokens", () => {
