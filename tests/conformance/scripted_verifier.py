@@ -11,10 +11,12 @@ the server saw no violation and the client's output is exactly what the server c
 (``check``).
 
 The scenario is named by the prompt's first token (``Scenario.prompt``), so one server plays
-them all. Command line::
+them all, over gRPC or over the WebSocket transport (``--transport websocket``: the same
+servicer behind ``ws://HOST:PORT/v1/session``, ``/v1/generate`` and ``GET /v1/info``; its
+refusals close the connection with 4000 + their status code). Command line::
 
     python tests/conformance/scripted_verifier.py list
-    python tests/conformance/scripted_verifier.py serve --port 50070 --fingerprint F --vocab-size V --report r.json
+    python tests/conformance/scripted_verifier.py serve --port 50070 --fingerprint F --vocab-size V --report r.json [--transport websocket]
     python tests/conformance/scripted_verifier.py check --report r.json --results results.jsonl
     python tests/conformance/scripted_verifier.py sdk --draft DRAFT_DIR   # the Python SDK, every scenario
 """
@@ -318,14 +320,100 @@ class ScriptedVerifier(pb_grpc.SpeculativeServicer):
             return {name: asdict(record) for name, record in self.records.items()}
 
 
-def serve(fingerprint: str, vocab_size: int, port: int = 0, on_change=None) -> tuple[grpc.Server, ScriptedVerifier, int]:
-    """Starts the scripted verifier on ``port`` (0: any free one); returns (server, verifier, port)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))  # a stream holds a thread while it lasts
+def serve(fingerprint: str, vocab_size: int, port: int = 0, on_change=None, transport: str = "grpc"):
+    """Starts the scripted verifier on ``port`` (0: any free one) over ``transport`` ("grpc" or
+    "websocket"); returns (server, verifier, port): the server has ``stop`` and ``wait_for_termination``."""
     verifier = ScriptedVerifier(fingerprint, vocab_size, on_change)
+    if transport == "websocket":
+        server = SocketServer(verifier, port)
+        return server, verifier, server.port
+    if transport != "grpc":
+        raise ValueError(f"transport must be grpc or websocket, got {transport!r}")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))  # a stream holds a thread while it lasts
     pb_grpc.add_SpeculativeServicer_to_server(verifier, server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     return server, verifier, port
+
+
+# ---- the WebSocket transport (docs/protocol.md, "WebSocket transport") -----------------------------
+# The same servicer, each connection on a thread of its own as each gRPC stream is: a binary frame
+# is one request message, each reply one frame; ``abort`` closes with 4000 + the status code.
+
+class Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class SocketContext:
+    """What the servicer calls on a gRPC context, for a WebSocket connection."""
+
+    def abort(self, code: grpc.StatusCode, details: str):
+        raise Aborted(code, details)
+
+
+def _frames(connection, message_class):
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        for data in connection:
+            if isinstance(data, str):
+                raise Aborted(grpc.StatusCode.INVALID_ARGUMENT, "a text frame: send each message as one binary frame")
+            yield message_class.FromString(data)
+    except ConnectionClosed:
+        return
+
+
+class SocketServer:
+    """The scripted verifier behind ``ws://127.0.0.1:PORT`` (the websockets package's threaded server)."""
+
+    def __init__(self, verifier: ScriptedVerifier, port: int = 0):
+        from websockets.sync.server import serve as serve_websockets
+
+        self.verifier = verifier
+        self.server = serve_websockets(self._connection, "127.0.0.1", port, subprotocols=["edgespec.v1"],  # type: ignore[list-item]
+                                       process_request=self._http, compression=None)
+        self.port = self.server.socket.getsockname()[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def _connection(self, connection) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        path = connection.request.path if connection.request is not None else ""
+        try:
+            if path == "/v1/session":
+                replies = self.verifier.Session(_frames(connection, pb.SessionRequest), SocketContext())
+            elif path == "/v1/generate":
+                request = next(_frames(connection, pb.GenerateRequest), None)
+                replies = self.verifier.Generate(request, SocketContext()) if request is not None else iter(())
+            else:
+                raise Aborted(grpc.StatusCode.NOT_FOUND, f"no route {path}: /v1/session or /v1/generate")
+            for reply in replies:
+                connection.send(reply.SerializeToString())
+            connection.close(1000)
+        except Aborted as aborted:
+            connection.close(4000 + aborted.code.value[0], aborted.details.encode()[:123].decode(errors="ignore"))
+        except ConnectionClosed:
+            pass
+
+    def _http(self, connection, request):
+        """``GET /v1/info`` answers the InfoResponse as binary protobuf; anything else goes on to the upgrade."""
+        if request.path != "/v1/info":
+            return None
+        from websockets.datastructures import Headers
+        from websockets.http11 import Response
+
+        body = self.verifier.Info(pb.InfoRequest(), None).SerializeToString()
+        return Response(200, "OK", Headers([("Content-Type", "application/x-protobuf"), ("Content-Length", str(len(body))),
+                                            ("Access-Control-Allow-Origin", "*")]), body)
+
+    def stop(self, grace=None) -> None:
+        self.server.shutdown()
+
+    def wait_for_termination(self) -> None:
+        self.thread.join()
 
 
 def check(scenario: Scenario, record: dict | None, result: dict) -> list[str]:
@@ -395,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     serving.add_argument("--fingerprint", required=True, help="the client's tokenizer fingerprint (Info says it)")
     serving.add_argument("--vocab-size", type=int, required=True)
     serving.add_argument("--report", default="scripted-report.json", help="rewritten after every stream")
+    serving.add_argument("--transport", choices=("grpc", "websocket"), default="grpc",
+                         help="gRPC on PORT, or WebSocket: ws://127.0.0.1:PORT/v1/session, /v1/generate, GET /v1/info")
     checking = commands.add_parser("check", help="judge a client's results against the server's report")
     checking.add_argument("--report", required=True)
     checking.add_argument("--results", required=True, help='JSON lines: {"scenario", "token_ids", "finish_reason"} or {"scenario", "error"}')
@@ -409,8 +499,9 @@ def main(argv: list[str] | None = None) -> int:
         def write(report):
             with open(args.report, "w") as f:
                 json.dump(report, f, indent=1)
-        server, _, port = serve(args.fingerprint, args.vocab_size, args.port, on_change=write)
-        print(f"scripted verifier on 127.0.0.1:{port}; report: {args.report}", flush=True)
+        server, _, port = serve(args.fingerprint, args.vocab_size, args.port, on_change=write, transport=args.transport)
+        where = f"ws://127.0.0.1:{port}/v1/session" if args.transport == "websocket" else f"127.0.0.1:{port}"
+        print(f"scripted verifier on {where}; report: {args.report}", flush=True)
         server.wait_for_termination()
         return 0
     if args.command == "check":

@@ -80,3 +80,89 @@ def test_every_scenario_is_a_request_any_client_can_make():
     for scenario in SCENARIOS:
         request = client_request(scenario, 64)
         assert request["prompt_ids"][0] == scenario.number and request["stop_token_ids"] == [63]
+
+
+# ---- the kit over WebSocket: a minimal client speaking the frames ------------------------------------
+
+VOCAB = 64
+
+
+def ws_connect(port: int, path: str):
+    from websockets.sync.client import connect
+
+    return connect(f"ws://127.0.0.1:{port}{path}", subprotocols=["edgespec.v1"], compression=None, proxy=None,  # type: ignore[list-item]
+                   open_timeout=10)
+
+
+def ws_generation(port: int, scenario) -> dict:
+    """One scenario as a client must play it over WebSocket: frames in, frames out; a close of
+    4014 (UNAVAILABLE) reopens from every committed token, any other 40xx is the result's error."""
+    from websockets.exceptions import ConnectionClosed
+
+    committed: list[int] = []
+    next_round = 0
+    for _ in range(5):
+        with ws_connect(port, "/v1/session" if scenario.rpc == "Session" else "/v1/generate") as ws:
+            try:
+                left = scenario.max_new_tokens - len(committed)
+                if scenario.rpc == "Generate":
+                    ws.send(pb.GenerateRequest(prompt_ids=scenario.prompt + committed, max_new_tokens=left, stop_token_ids=[VOCAB - 1],
+                                               first_round=next_round, tokenizer_fingerprint="fp").SerializeToString())
+                    while True:
+                        reply = pb.GenerateResponse.FromString(ws.recv(timeout=10))
+                        committed += reply.token_ids
+                        next_round += 1
+                        if reply.finished:
+                            return {"token_ids": committed, "finish_reason": {1: "stop_token", 2: "length"}[reply.finish_reason]}
+                ws.send(_open(scenario, prompt_ids=scenario.prompt + committed, max_new_tokens=left,
+                              first_round=next_round).SerializeToString())
+                assert pb.SessionResponse.FromString(ws.recv(timeout=10)).HasField("opened")
+                while True:
+                    drafts = [1, 2, 3, 4]
+                    ws.send(pb.SessionRequest(draft=pb.Draft(round=next_round, token_ids=drafts)).SerializeToString())
+                    verdict = pb.SessionResponse.FromString(ws.recv(timeout=10)).verdict
+                    committed += drafts[:verdict.accepted] + [verdict.next_token]
+                    next_round += 1
+                    if verdict.finished:
+                        ws.send(pb.SessionRequest(close=pb.Close()).SerializeToString())
+                        assert pb.SessionResponse.FromString(ws.recv(timeout=10)).HasField("closed")
+                        return {"token_ids": committed, "finish_reason": {1: "stop_token", 2: "length"}[verdict.finish_reason]}
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else 1006
+                if code != 4000 + grpc.StatusCode.UNAVAILABLE.value[0]:
+                    return {"error": grpc.StatusCode(next(c for c in grpc.StatusCode if c.value[0] == code - 4000)).name}
+    raise AssertionError("more than five streams for one scenario")
+
+
+@pytest.mark.parametrize("name", ["all_accepted", "reject_at_2", "stop_token", "drain_reopen", "resume_after_cut", "cloud_only",
+                                  "cloud_resume", "refuse_invalid_argument"])
+def test_the_kit_plays_its_scenarios_over_websocket(name):
+    server, verifier, port = serve("fp", VOCAB, transport="websocket")
+    scenario = next(s for s in SCENARIOS if s.name == name)
+    try:
+        result = ws_generation(port, scenario)
+    finally:
+        server.stop()
+    assert check(scenario, verifier.report().get(scenario.name), result) == []
+    assert ("error" in result) == (scenario.expect_error is not None)
+
+
+def test_the_kit_over_websocket_answers_info_and_refuses_text_frames():
+    import urllib.request
+
+    from websockets.exceptions import ConnectionClosed
+
+    server, _, port = serve("fp", VOCAB, transport="websocket")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/info", timeout=10) as response:
+            assert response.headers["content-type"] == "application/x-protobuf"
+            info = pb.InfoResponse.FromString(response.read())
+        assert (info.tokenizer_fingerprint, info.vocab_size) == ("fp", VOCAB)
+        with ws_connect(port, "/v1/session") as ws:
+            assert ws.subprotocol == "edgespec.v1"
+            ws.send("{}")
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4000 + grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    finally:
+        server.stop()
