@@ -19,8 +19,10 @@ import grpc
 
 from edgespec.edge.detok import IncrementalDecoder
 from edgespec.edge.draft import DraftModel
+from edgespec.edge.eos import chat_template_of
 from edgespec.edge.driver import Clock, Generation
 from edgespec.edge.errors import EdgespecError, TokenizerMismatchError
+from edgespec.edge.openai_request import render_chat
 from edgespec.edge.params import GenerationParams
 from edgespec.edge.planner import Info, Planner, path_mode
 from edgespec.edge.transport import Retries
@@ -150,6 +152,7 @@ class AsyncEdgeClient:
         # What this client measured (round trip, forward time, acceptance): one planner per kind
         # of request (see planner()), kept across requests so each starts from what the last one learned.
         self._planners: dict[tuple, Planner] = {}
+        self._chat_template: str | None = None  # read at the first chat ("": the draft has none)
 
     async def __aenter__(self) -> "AsyncEdgeClient":
         return self
@@ -243,6 +246,22 @@ class AsyncEdgeClient:
     async def generate_cloud(self, prompt: str | Sequence[int], **params: Any) -> Result:
         """Cloud-only generation (the Generate RPC): the baseline, and the fallback."""
         return await self.generate(prompt, **{**params, "speculate": False})
+
+    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+        """The token ids of ``messages`` ([{"role", "content"}, ...]) rendered with the draft's chat
+        template, the assistant's turn opened: what the device server's /v1/chat/completions sends.
+        ValueError when a message is malformed or the draft has no chat template."""
+        if self._chat_template is None:
+            self._chat_template = chat_template_of(self.draft.model_dir) or ""
+        if not self._chat_template:
+            raise ValueError(f"the draft ({self.draft.model_dir}) has no chat template (chat_template.jinja or "
+                             "tokenizer_config.json's chat_template): render the prompt yourself and call generate")
+        return self.encode(render_chat(self._chat_template, list(messages)))
+
+    async def chat(self, messages: Sequence[dict], **params: Any) -> Result:
+        """The assistant's reply to ``messages`` (``chat_prompt``); ``params`` as ``generate``'s.
+        It ends at the model's end-of-turn token (one of the draft's end tokens, stopped on by default)."""
+        return await self.generate(self.chat_prompt(messages), **params)
 
     def _generation(self, prompt_ids: list[int], params: GenerationParams, info: ServerInfo, planner: Planner) -> Generation:
         return Generation(

@@ -58,6 +58,14 @@ class EdgeClient:
     def generate_cloud(self, prompt: str | Sequence[int], **params: Any) -> Result:
         return self._wait(self._client.generate_cloud(prompt, **params))
 
+    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+        """``messages`` rendered with the draft's chat template, as token ids (AsyncEdgeClient.chat_prompt)."""
+        return self._client.chat_prompt(messages)
+
+    def chat(self, messages: Sequence[dict], **params: Any) -> Result:
+        """The assistant's reply to ``messages`` ([{"role", "content"}, ...]); ``params`` as ``generate``'s."""
+        return self._wait(self._client.chat(messages, **params))
+
     def stream(self, prompt: str | Sequence[int], **params: Any) -> "TextStream":
         return TextStream(self, self._client.stream(prompt, **params))
 

@@ -14,8 +14,9 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default for (legacy) completions; chat runs 
 MAX_STOP = 4
 
 
-class RequestError(Exception):
-    """A request the server refuses: HTTP 400 (or ``status``) with an OpenAI-style error body."""
+class RequestError(ValueError):
+    """A request the server refuses: HTTP 400 (or ``status``) with an OpenAI-style error body. A
+    ValueError, so the SDK's ``chat`` (which renders messages with ``render_chat``) raises one."""
 
     def __init__(self, message: str, param: str | None = None, status: HTTPStatus = HTTPStatus.BAD_REQUEST):
         super().__init__(message)
@@ -164,6 +165,8 @@ def chat_messages(messages: Any) -> list[dict]:
 
 
 def render_chat(template: str, messages: Any) -> str:
+    """``messages`` rendered with a chat template, the assistant's turn opened (the one rendering
+    of the device server's /v1/chat/completions and the SDK's ``chat``)."""
     checked = chat_messages(messages)
     try:
         import jinja2
