@@ -94,6 +94,12 @@ def ws_connect(port: int, path: str):
                    open_timeout=10)
 
 
+def received(ws) -> bytes:
+    data = ws.recv(timeout=10)
+    assert isinstance(data, bytes), f"a text frame from the kit: {data!r}"
+    return data
+
+
 def ws_generation(port: int, scenario) -> dict:
     """One scenario as a client must play it over WebSocket: frames in, frames out; a close of
     4014 (UNAVAILABLE) reopens from every committed token, any other 40xx is the result's error."""
@@ -109,23 +115,23 @@ def ws_generation(port: int, scenario) -> dict:
                     ws.send(pb.GenerateRequest(prompt_ids=scenario.prompt + committed, max_new_tokens=left, stop_token_ids=[VOCAB - 1],
                                                first_round=next_round, tokenizer_fingerprint="fp").SerializeToString())
                     while True:
-                        reply = pb.GenerateResponse.FromString(ws.recv(timeout=10))
+                        reply = pb.GenerateResponse.FromString(received(ws))
                         committed += reply.token_ids
                         next_round += 1
                         if reply.finished:
                             return {"token_ids": committed, "finish_reason": {1: "stop_token", 2: "length"}[reply.finish_reason]}
                 ws.send(_open(scenario, prompt_ids=scenario.prompt + committed, max_new_tokens=left,
                               first_round=next_round).SerializeToString())
-                assert pb.SessionResponse.FromString(ws.recv(timeout=10)).HasField("opened")
+                assert pb.SessionResponse.FromString(received(ws)).HasField("opened")
                 while True:
                     drafts = [1, 2, 3, 4]
                     ws.send(pb.SessionRequest(draft=pb.Draft(round=next_round, token_ids=drafts)).SerializeToString())
-                    verdict = pb.SessionResponse.FromString(ws.recv(timeout=10)).verdict
+                    verdict = pb.SessionResponse.FromString(received(ws)).verdict
                     committed += drafts[:verdict.accepted] + [verdict.next_token]
                     next_round += 1
                     if verdict.finished:
                         ws.send(pb.SessionRequest(close=pb.Close()).SerializeToString())
-                        assert pb.SessionResponse.FromString(ws.recv(timeout=10)).HasField("closed")
+                        assert pb.SessionResponse.FromString(received(ws)).HasField("closed")
                         return {"token_ids": committed, "finish_reason": {1: "stop_token", 2: "length"}[verdict.finish_reason]}
             except ConnectionClosed as closed:
                 code = closed.rcvd.code if closed.rcvd is not None else 1006
@@ -142,7 +148,7 @@ def test_the_kit_plays_its_scenarios_over_websocket(name):
     try:
         result = ws_generation(port, scenario)
     finally:
-        server.stop()
+        server.stop(grace=None)
     assert check(scenario, verifier.report().get(scenario.name), result) == []
     assert ("error" in result) == (scenario.expect_error is not None)
 
@@ -165,4 +171,4 @@ def test_the_kit_over_websocket_answers_info_and_refuses_text_frames():
                 ws.recv(timeout=10)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4000 + grpc.StatusCode.INVALID_ARGUMENT.value[0]
     finally:
-        server.stop()
+        server.stop(grace=None)
