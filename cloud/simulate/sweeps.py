@@ -9,11 +9,11 @@ same seed at every point (common random numbers), so curves are smooth and compa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from edgespec.cloud.link.profiles import LinkProfile
 from edgespec.cloud.simulate.calibration import Calibration
-from edgespec.cloud.simulate.config import FleetConfig
+from edgespec.cloud.simulate.config import FleetConfig, LinkMix
 from edgespec.cloud.simulate.engine import CLOUD_ONLY, SPECULATIVE, simulate_path
 
 DEFAULT_RTTS_MS = (0, 5, 10, 20, 40, 60, 80, 120, 160, 240, 320, 480, 640)
@@ -93,7 +93,7 @@ def capacity_vs_devices(
     device_counts: Iterable[int] = DEFAULT_DEVICE_COUNTS,
     calibration: Calibration | None = None,
     *,
-    link_mix="wifi",
+    link_mix: LinkMix | str | Mapping[str, float] | LinkProfile = "wifi",  # as FleetConfig.link_mix
     replicas: int = 1,
     k: int | str = 4,
     max_batch_size: int = 32,
