@@ -5,7 +5,7 @@ import type { Browser, Page } from "playwright-core";
 
 import { DEMO_DRAFT, pythonReference } from "../model/reference.js";
 import { replayScript } from "../model/script.js";
-import { buildExample, openPage, serveExample } from "./page.js";
+import { buildExample, openPage, serveExample, watchdog } from "./page.js";
 
 interface DraftReference {
   script: [string, unknown][];
@@ -18,6 +18,7 @@ describe("the browser example in headless Chromium: the demo draft in ONNX Runti
   let stop = () => {};
 
   before(async () => {
+    watchdog(400_000, () => stop());
     await buildExample();
     const { url, server } = await serveExample(DEMO_DRAFT);
     stop = () => server.kill();

@@ -11,6 +11,18 @@ import { type Browser, type Page, chromium } from "playwright-core";
 export const EXAMPLE = resolve(dirname(fileURLToPath(import.meta.url)), "../../examples/browser");
 const TIMEOUT_MS = 120_000;
 
+/**
+ * Ends this process after `ms` whatever is still pending (a hung page, Chromium or server would
+ * otherwise keep it, and `make test` with it, alive forever); `cleanup` first.
+ */
+export function watchdog(ms: number, cleanup: () => void): void {
+  setTimeout(() => {
+    console.error(`the browser test ran past ${ms / 1000} s: stopped`);
+    cleanup();
+    process.exit(1);
+  }, ms).unref();
+}
+
 export function chromiumPath(): string {
   for (const name of ["chromium", "chromium-browser"]) {
     try {
