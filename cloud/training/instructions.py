@@ -12,8 +12,9 @@ instructions are made here, deterministically, from two sources every machine ha
   with subjects from a fixed list. A subject's split is a hash of the subject, so a held-out
   prompt's subject never appears in training under any template.
 
-``instruction_sets()`` returns the training instructions and the held-out and tuning prompt
-sets (``prompts/chat-heldout.jsonl``, ``prompts/chat-tuning.jsonl``).
+``instruction_sets()`` returns the training instructions (these two, interleaved with the
+requests composed from hand-written pieces, ``chat_requests.py``) and the held-out and tuning
+prompt sets (``prompts/chat-heldout.jsonl``, ``prompts/chat-tuning.jsonl``).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import hashlib
 import json
 import random
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.cloud.training.corpus import list_corpus, stdlib_root
+from edgespec.cloud.training.instruction import Instruction
 
 SUBJECTS = """
 photosynthesis; black holes; the water cycle; volcanoes; earthquakes; the moon landing;
@@ -79,16 +80,6 @@ CODE_TEMPLATES = (
 
 CHAT_SHARE = 0.4  # of training instructions, while general chat lasts
 HELDOUT_PERCENT = 10  # of subjects (general chat); code follows the stdlib's file split
-
-
-@dataclass(frozen=True)
-class Instruction:
-    id: str
-    kind: str  # "chat" or "code"
-    text: str
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "prompt": self.text}
 
 
 def subjects() -> list[str]:
@@ -178,12 +169,17 @@ def _interleave(chat: list[Instruction], code: list[Instruction], chat_share: fl
     return out
 
 
-def instruction_sets(seed: int = 0, heldout: int = 48, tuning: int = 32) -> dict[str, list[Instruction]]:
-    """``train`` (everything not held out, shuffled), ``heldout`` and ``tuning`` (half chat,
-    half code; chat from held-out subjects, disjoint between the two; code from the held-out
-    and the validation files)."""
+def instruction_sets(seed: int = 0, heldout: int = 48, tuning: int = 32, requests: int = 4096,
+                     requests_share: float = 0.5) -> dict[str, list[Instruction]]:
+    """``train`` (everything not held out, shuffled; any prefix holds about ``requests_share``
+    of composed requests), ``heldout`` and ``tuning`` (half chat, half code; chat from held-out
+    subjects, disjoint between the two; code from the held-out and the validation files)."""
+    from edgespec.cloud.training.chat_requests import chat_requests
+
     rng = random.Random(seed)
     train = _interleave(chat_instructions("train"), code_instructions("train"), CHAT_SHARE, rng)
+    if requests:
+        train = _interleave(chat_requests(requests, seed + 1), train, requests_share, rng)
     chat = chat_instructions("heldout")
     rng.shuffle(chat)
     sets = {"train": train}
@@ -200,4 +196,4 @@ def write_prompt_set(path: Path, instructions: list[Instruction]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for instruction in instructions:
-            f.write(json.dumps({**instruction.to_json(), "messages": [{"role": "user", "content": instruction.text}]}) + "\n")
+            f.write(json.dumps(instruction.to_json()) + "\n")

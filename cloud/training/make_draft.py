@@ -1,37 +1,44 @@
-"""Making a draft for a real chat target (``edgespec make-draft``): the real reference pair.
+"""Making a draft for a chat target (``edgespec make-draft``): any local chat model a user brings.
 
-Stages, in order (``--stages`` picks a subset; every stage resumes or skips finished work):
+Stages, in order (``--stages`` picks a subset; every stage resumes or skips finished work, so a
+run stopped at any point, in any session, goes on where it stopped):
 
-  prompts  the instruction sets (``instructions.py``): training instructions, and the
-           held-out and tuning prompt sets written to ``prompts/chat-*.jsonl``
+  prompts  the instruction sets (``instructions.py`` and ``chat_requests.py``): training
+           instructions, and the held-out and tuning prompt sets written to ``prompts/chat-*.jsonl``;
+           refused while the evaluation set (``eval_set.py``) occurs in them
   replies  the target's greedy replies to the training instructions with its top-K at each
-           token (``target_replies.py``; resumable chunks, the long stage)
+           token (``target_replies.py``; resumable chunks, the long stage), and its replies to the
+           evaluation set (``eval-replies/``), prompted with the target's own chat template and
+           ended at its end tokens (``chat_format.py``)
   draft    the draft vocabulary (the ``vocab_size`` tokens most frequent in the replies and
            prompts, plus every special token) and the draft cut from the target: its embedding
-           rows for that vocabulary and ``layers`` of its decoder layers (``vocab_draft.py``)
+           rows for that vocabulary and its first ``draft_layers`` decoder layers
+           (``vocab_draft.py``); or a copy of an existing draft to train further (``from_draft``)
   distill  train the whole draft on the replies against the target's top-K, and on windows of
            the stdlib's source and documentation that the target reads teacher-forced
-           (``distill_replies.py``)
+           (``distill_replies.py``), with the evaluation set's readout at every checkpoint
+           (the distillation curve, ``distill/curve.json``)
   export   the distilled draft to ONNX for the device, fp32 and int8
   eval     on the held-out prompts: the target's own (float32) greedy replies, the draft's
            greedy agreement, simulated tau at k with and without context lookup, acceptance by
            position; ms per drafted token (ONNX Runtime, fp32 and int8) vs one target decode
-           step (torch), one thread each
+           step (torch), one thread each (``make_draft_eval.py``)
   ship     the small artefacts (draft HF weights in fp16, the int8 ONNX draft, metrics, the
-           model card) into ``--ship``
+           model card) into ``--ship`` (``make_draft_ship.py``)
 
-Layout under ``--out``: replies/, draft-init/, distill/, export/, eval/metrics.json.
+Training and the target's replies run on a GPU when torch sees one (``device.py``).
+Layout under ``--out``: replies/, eval-replies/, draft-init/, distill/, export/, eval/metrics.json.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 STAGES = ("prompts", "replies", "draft", "distill", "export", "eval", "ship")
 
@@ -39,17 +46,23 @@ STAGES = ("prompts", "replies", "draft", "distill", "export", "eval", "ship")
 @dataclass(frozen=True)
 class MakeDraftConfig:
     target: Path
-    out: Path = Path("runs/smollm2")
-    ship: Path = Path("models/smollm2-135m")
+    out: Path = Path("runs/make-draft")
+    ship: Path | None = None  # None: <out>/ship
     prompts: Path = Path("prompts")
     stages: tuple[str, ...] = STAGES
+    chat_template: Path | None = None  # a Jinja file, for a target that ships none
+    device: str = "auto"  # auto: the GPU if torch sees one
+    eval_set: Path | None = None  # None: <prompts>/chat-eval.jsonl (frozen, eval_set.py)
     threads: int = 1
     replies: int = 6144
     replies_minutes: float = 55.0
     replies_batch: int = 96
+    requests: int = 4096  # composed chat requests among the training instructions (chat_requests.py)
     max_new_tokens: int = 192
     vocab_size: int = 8192
-    layers: tuple[int, ...] = (0, 1, 2)
+    draft_layers: int = 3  # the target's first layers the draft starts from (``layers`` overrides)
+    layers: tuple[int, ...] = ()
+    from_draft: Path | None = None  # train this draft further instead of cutting a new one
     distill_minutes: float = 45.0
     distill_lr: float = 1e-3
     text_share: float = 0.5  # of distillation steps on teacher-forced stdlib text (stage_text)
@@ -59,70 +72,131 @@ class MakeDraftConfig:
     k: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("target", "out", "ship", "prompts"):
+        for name in ("target", "out", "prompts"):
             object.__setattr__(self, name, Path(getattr(self, name)))
+        object.__setattr__(self, "ship", Path(self.ship) if self.ship is not None else self.out / "ship")
+        object.__setattr__(self, "eval_set", Path(self.eval_set) if self.eval_set is not None else self.prompts / "chat-eval.jsonl")
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown or not self.stages:
             raise ValueError(f"stages must be a non-empty subset of {','.join(STAGES)}, got {','.join(self.stages)}")
         if not (self.target / "config.json").is_file():
             raise ValueError(f"target: {self.target} is not a Hugging Face model directory (no config.json); "
                              "import one with `edgespec import-gguf`")
-        for name in ("threads", "replies", "replies_batch", "max_new_tokens", "vocab_size", "eval_prompts", "eval_new_tokens", "k"):
+        for name in ("threads", "replies", "replies_batch", "max_new_tokens", "vocab_size", "draft_layers", "eval_prompts",
+                     "eval_new_tokens", "k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.layers:
-            raise ValueError("layers must name at least one of the target's layers")
+        target_layers = _text_config(self.target).get("num_hidden_layers")
+        if isinstance(target_layers, int) and max(self.draft_layer_indices) >= target_layers:
+            raise ValueError(f"layers: the target has {target_layers} decoder layers, the draft asks for "
+                             f"{list(self.draft_layer_indices)}; pass --draft-layers below {target_layers}")
+        if self.from_draft is not None and not (Path(self.from_draft) / "config.json").is_file():
+            raise ValueError(f"from_draft: {self.from_draft} is not a Hugging Face model directory (no config.json)")
+
+    @property
+    def draft_layer_indices(self) -> tuple[int, ...]:
+        return self.layers or tuple(range(self.draft_layers))
 
     @property
     def heldout_prompts(self) -> Path:
         return self.prompts / "chat-heldout.jsonl"
 
 
+def _text_config(target: Path) -> dict:
+    config = json.loads((target / "config.json").read_text())
+    return config.get("text_config") or config
+
+
 def _log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} make-draft: {message}", file=sys.stderr, flush=True)
 
 
+def _eval_rows(config: MakeDraftConfig) -> list[dict]:
+    from edgespec.cloud.training.eval_set import load_eval_set
+
+    assert config.eval_set is not None  # set by the config
+    return load_eval_set(config.eval_set, config.out)
+
+
+def refuse_contamination(eval_rows: list[dict], training_texts, where: str) -> None:
+    from edgespec.cloud.training.eval_set import contamination
+
+    found = contamination(eval_rows, training_texts)
+    if found:
+        raise SystemExit(f"make-draft: {len(found)} evaluation prompts occur in {where} ({', '.join(found[:5])}): "
+                         "a figure on them would measure memory; remove them from the training instructions")
+
+
 def stage_prompts(config: MakeDraftConfig) -> list:
+    from edgespec.cloud.training.eval_set import user_texts
     from edgespec.cloud.training.instructions import instruction_sets, write_prompt_set
 
-    sets = instruction_sets()
+    sets = instruction_sets(requests=config.requests)
+    refuse_contamination(_eval_rows(config), (t for i in sets["train"] for t in user_texts(i.messages)),
+                         "the training instructions")
     for name in ("heldout", "tuning"):
         write_prompt_set(config.prompts / f"chat-{name}.jsonl", sets[name])
-    _log(f"prompts: {len(sets['train'])} training instructions; held-out and tuning sets in {config.prompts}")
+    kinds = Counter(i.kind for i in sets["train"][: config.replies])
+    _log(f"prompts: {len(sets['train'])} training instructions (the first {config.replies}: {dict(kinds)}); "
+         f"none occurs in {config.eval_set}; held-out and tuning sets in {config.prompts}")
     return sets["train"]
 
 
 def stage_replies(config: MakeDraftConfig, train) -> None:
     from edgespec.cloud.training.target_replies import RepliesConfig, generate_replies
 
-    replies = RepliesConfig(target=config.target, out_dir=config.out / "replies", replies=config.replies,
-                            minutes=config.replies_minutes, batch=config.replies_batch,
-                            max_new_tokens=config.max_new_tokens, threads=config.threads)
-    _log(f"replies: {generate_replies(replies, [(i.id, i.text) for i in train], log=_log)}")
+    common: dict[str, Any] = dict(target=config.target, max_new_tokens=config.max_new_tokens, threads=config.threads, device=config.device,
+                  chat_template=config.chat_template)
+    evaluation = RepliesConfig(out_dir=config.out / "eval-replies", replies=10_000, batch=16, dtype="float32", **common)
+    rows = _eval_rows(config)
+    _log(f"replies to the evaluation set: {generate_replies(evaluation, [(r['id'], r['messages']) for r in rows], log=_log)}")
+    replies = RepliesConfig(out_dir=config.out / "replies", replies=config.replies, minutes=config.replies_minutes,
+                            batch=config.replies_batch, **common)
+    _log(f"replies: {generate_replies(replies, [(i.id, i.messages) for i in train], log=_log)}")
 
 
-def stage_draft(config: MakeDraftConfig) -> None:
-    from transformers import AutoTokenizer
-
+def _reply_counts(config: MakeDraftConfig) -> Counter:
     from edgespec.cloud.training.target_replies import load_replies
-    from edgespec.edge.eos import eos_token_ids
-    from edgespec.cloud.training.vocab_draft import build_draft, choose_vocab, special_ids
 
-    tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
     counts: Counter = Counter()
     for prompt, reply, _, _ in load_replies(config.out / "replies"):
         counts.update(reply.tolist())
         counts.update(prompt.tolist())
     if not counts:
         raise SystemExit("make-draft: no replies yet: run the replies stage first")
-    unknown = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else eos_token_ids(config.target)[0]
-    vocab = choose_vocab(counts, config.vocab_size, always=special_ids(tokenizer) + eos_token_ids(config.target),
-                         unknown=unknown, target_vocab_size=len(tokenizer))
-    covered = sum(c for t, c in counts.items() if t in set(vocab.draft_to_target)) / sum(counts.values())
-    out = build_draft(config.target, vocab, list(config.layers), config.out / "draft-init")
-    (out / "vocab_stats.json").write_text(json.dumps({"vocab_size": vocab.draft_vocab_size, "coverage_of_training_text": covered,
+    return counts
+
+
+def stage_draft(config: MakeDraftConfig) -> None:
+    from transformers import AutoTokenizer
+
+    from edgespec.cloud.training.chat_format import chat_format
+    from edgespec.cloud.training.draft_vocab import load_draft_vocab
+    from edgespec.cloud.training.vocab_draft import build_draft, choose_vocab, copy_draft, special_ids
+
+    out = config.out / "draft-init"
+    if (out / "config.json").is_file():
+        _log(f"draft: {out} exists, kept (distillation resumes from it; delete it to cut another)")
+        return
+    tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
+    counts = _reply_counts(config)
+    if config.from_draft is not None:
+        vocab = load_draft_vocab(config.from_draft)
+        copy_draft(config.from_draft, config.target, out)
+        what = f"a copy of {config.from_draft}"
+    else:
+        stop = list(chat_format(config.target, tokenizer, config.chat_template).stop_ids)
+        unknown = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else stop[0]
+        vocab = choose_vocab(counts, config.vocab_size, always=special_ids(tokenizer) + stop, unknown=unknown,
+                             target_vocab_size=len(tokenizer))
+        build_draft(config.target, vocab, list(config.draft_layer_indices), out)
+        what = f"layers {list(config.draft_layer_indices)} of the target"
+    inside = set(vocab.draft_to_target) if vocab is not None else set(counts)
+    covered = sum(c for t, c in counts.items() if t in inside) / sum(counts.values())
+    size = vocab.draft_vocab_size if vocab is not None else len(tokenizer)
+    (out / "vocab_stats.json").write_text(json.dumps({"vocab_size": size, "coverage_of_training_text": covered,
                                                       "distinct_tokens_seen": len(counts)}))
-    _log(f"draft: {vocab.draft_vocab_size} tokens cover {covered:.4f} of the training text; layers {list(config.layers)} -> {out}")
+    _log(f"draft: {what}; {size} tokens cover {covered:.4f} of the training text -> {out}")
 
 
 def stage_text(config: MakeDraftConfig) -> Path:
@@ -152,15 +226,35 @@ def stage_text(config: MakeDraftConfig) -> Path:
     return path
 
 
-def stage_distill(config: MakeDraftConfig) -> None:
-    from edgespec.cloud.training.distill_replies import RepliesDistillConfig, distill_on_replies
+def _check_corpus(config: MakeDraftConfig) -> None:
+    """The replies corpus, whichever generator made it, holds no evaluation prompt."""
+    from transformers import AutoTokenizer
 
+    from edgespec.cloud.training.target_replies import load_replies
+
+    tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
+    prompts = (tokenizer.decode(prompt.tolist(), skip_special_tokens=True) for prompt, _, _, _ in load_replies(config.out / "replies"))
+    refuse_contamination(_eval_rows(config), prompts, f"the prompts of {config.out / 'replies'}")
+
+
+def stage_distill(config: MakeDraftConfig) -> None:
+    from edgespec.cloud.training.distill_replies import CURVE, RepliesDistillConfig, distill_on_replies
+
+    _check_corpus(config)
     text = stage_text(config) if config.text_share else None
+    eval_replies = config.out / "eval-replies"
     result = distill_on_replies(RepliesDistillConfig(
         draft=config.out / "draft-init", replies=config.out / "replies", out=config.out / "distill",
         minutes=config.distill_minutes, lr=config.distill_lr, warmup_tokens=5_000, k=config.k, threads=config.threads,
-        text=text, text_share=config.text_share, text_target=config.target))
+        text=text, text_share=config.text_share, text_target=config.target, device=config.device,
+        eval_replies=eval_replies if eval_replies.is_dir() else None))
     _log(f"distill: {result}")
+    curve_path = config.out / "distill" / CURVE
+    if curve_path.is_file():
+        _log(f"the distillation curve on {config.eval_set} ({curve_path}):")
+        for point in json.loads(curve_path.read_text()):
+            _log(f"  step {point['step']:>6} {point['minutes']:>7.1f} min  agreement {point['agreement']:.4f}  "
+                 f"tau {point['tau']:.3f}  by position {point['per_position']}")
 
 
 def stage_export(config: MakeDraftConfig) -> None:
@@ -168,117 +262,25 @@ def stage_export(config: MakeDraftConfig) -> None:
 
     source = config.out / "distill" / "final"
     for name, quantize in (("fp32", None), ("int8", "int8")):
+        graph = config.out / "export" / name / "model.onnx"
+        if graph.is_file() and graph.stat().st_mtime > (source / "model.safetensors").stat().st_mtime:
+            _log(f"export: {graph} is newer than {source}, kept")
+            continue
         export_draft(source, config.out / "export" / name, overwrite=True, quantize=quantize, target_dir=config.target,
                      log=_log)
         _log(f"export: {name} -> {config.out / 'export' / name}")
 
 
-def _eval_texts(config: MakeDraftConfig, target):
-    """The held-out prompts and the target's own float32 greedy replies to them."""
-    from transformers import AutoTokenizer
-
-    from edgespec.cloud.training.target_replies import chat_ids, reply_batch
-    from edgespec.edge.eos import eos_token_ids
-
-    tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
-    stop = eos_token_ids(config.target)
-    rows = [json.loads(line) for line in config.heldout_prompts.read_text().splitlines() if line.strip()][: config.eval_prompts]
-    prompts = [chat_ids(tokenizer, row["prompt"]) for row in rows]
-    replies = []
-    for start in range(0, len(prompts), 16):
-        batch = prompts[start : start + 16]
-        replies += [r for r, _, _ in reply_batch(target, batch, max_new_tokens=config.eval_new_tokens, stop=stop, top_k=1, pad=stop[0])]
-    return prompts, replies
-
-
-def _draft_ms(draft_dir: Path, context: list[int], k: int, rounds: int = 40) -> float:
-    from edgespec.edge.draft import DraftModel
-
-    draft = DraftModel(draft_dir, threads=1)
-    times = []
-    for _ in range(3):
-        draft.reset(context)
-        draft.propose(1)
-        draft.rollback_to(len(context))
-        started = time.perf_counter()
-        for _ in range(rounds):
-            draft.propose(k)
-            draft.rollback_to(len(context))
-        times.append((time.perf_counter() - started) * 1e3 / (rounds * k))
-    return statistics.median(times)
-
-
-def _target_step_ms(target, context: list[int], steps: int = 20) -> float:
-    import torch
-
-    with torch.inference_mode():
-        out = target(input_ids=torch.tensor([context]), use_cache=True)
-        cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
-        started = time.perf_counter()
-        for _ in range(steps):
-            out = target(input_ids=token, cache=cache, use_cache=True)
-            cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
-    return (time.perf_counter() - started) * 1e3 / steps
-
-
-def _onnx_acceptance(draft_dir: Path, prompts, replies, k: int) -> dict:
-    """Greedy agreement and model-only tau of an exported graph on the replies: a greedy draft
-    keeps drafting only while it agrees, so one teacher-forced pass gives each round exactly."""
-    from edgespec.cloud.training.distill_replies import tau_from_hits
-    from edgespec.edge.draft import DraftModel
-
-    draft = DraftModel(draft_dir, threads=1)
-    hits_total = positions = rounds = committed = 0
-    accepted_at = [0] * k
-    for prompt, reply in zip(prompts, replies):
-        logits = draft.logits_for_context(prompt + reply[:-1])[len(prompt) - 1 :]
-        hits = [int(a) == int(b) for a, b in zip(logits.argmax(-1), reply)]
-        hits_total, positions = hits_total + sum(hits), positions + len(hits)
-        r, c, a = tau_from_hits(hits, k)
-        rounds, committed = rounds + r, committed + c
-        accepted_at = [x + y for x, y in zip(accepted_at, a)]
-    return {"greedy_agreement": hits_total / max(positions, 1), "tau": committed / max(rounds, 1),
-            "acceptance_by_position": [a / max(rounds, 1) for a in accepted_at], "rounds": rounds}
-
-
-def stage_eval(config: MakeDraftConfig) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from edgespec.cloud.training.simulate_acceptance import Acceptance, simulate_greedy
-    from edgespec.cloud.training.loop import configure_threads
-    from edgespec.cloud.training.vocab_draft import load_draft
-    from edgespec.edge.lookup import LookupConfig
-
-    configure_threads(config.threads)
-    target = AutoModelForCausalLM.from_pretrained(config.target, dtype=torch.float32, local_files_only=True).eval()
-    prompts, replies = _eval_texts(config, target)
-    graphs = {name: _onnx_acceptance(config.out / "export" / name, prompts, replies, config.k) for name in ("fp32", "int8")}
-    draft = load_draft(config.out / "distill" / "final")
-    with_lookup = Acceptance(config.k)  # the device's greedy drafting: the model and context lookup
-    with torch.no_grad():
-        for prompt, reply in zip(prompts, replies):
-            simulate_greedy(draft, torch.tensor(prompt), torch.tensor(reply), config.k, with_lookup, LookupConfig())
-    context = prompts[0] + replies[0]
-    costs = {name: _draft_ms(config.out / "export" / name, context, config.k) for name in ("fp32", "int8")}
-    target_ms = _target_step_ms(target, context)
-    metrics = {
-        "prompts": len(prompts), "reply_tokens": sum(len(r) for r in replies), "k": config.k,
-        "onnx": graphs,
-        "tau_with_lookup": with_lookup.tau, "acceptance_by_position_with_lookup": with_lookup.per_position,
-        "draft_ms_per_token": costs, "target_decode_step_ms": target_ms,
-        "draft_cost_vs_target_step": {name: ms / target_ms for name, ms in costs.items()},
-    }
-    (config.out / "eval").mkdir(parents=True, exist_ok=True)
-    (config.out / "eval" / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    _log(f"eval: {json.dumps(metrics)}")
-    return metrics
-
-
 def make_draft(config: MakeDraftConfig) -> None:
+    from edgespec.cloud.training.chat_format import chat_format
+    from edgespec.cloud.training.device import choose_device
+
     config.out.mkdir(parents=True, exist_ok=True)
     with open(config.out / "make_draft_invocations.jsonl", "a") as f:
         f.write(json.dumps({"time": time.time(), "argv": sys.argv, "config": {k: str(v) for k, v in asdict(config).items()}}) + "\n")
+    form = chat_format(config.target, template_file=config.chat_template)  # refuses a target without a chat template
+    _log(f"training on {choose_device(config.device).describe()}; the target's replies end at {list(form.stop_ids)} "
+         f"(end of turn {form.end_of_turn}); stages {','.join(config.stages)} in {config.out}")
     train = stage_prompts(config) if {"prompts", "replies"} & set(config.stages) else None
     if "replies" in config.stages:
         stage_replies(config, train)
@@ -289,8 +291,10 @@ def make_draft(config: MakeDraftConfig) -> None:
     if "export" in config.stages:
         stage_export(config)
     if "eval" in config.stages:
-        stage_eval(config)
-    if "ship" in config.stages:
-        from edgespec.cloud.training.make_draft_ship import ship_real_pair
+        from edgespec.cloud.training.make_draft_eval import stage_eval
 
-        ship_real_pair(config)
+        stage_eval(config, _log)
+    if "ship" in config.stages:
+        from edgespec.cloud.training.make_draft_ship import ship_draft
+
+        ship_draft(config)

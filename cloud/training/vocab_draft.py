@@ -91,6 +91,20 @@ def build_draft(target_dir: Path, vocab: DraftVocab, layers: list[int], out: Pat
     return out
 
 
+def copy_draft(source: Path, target_dir: Path, out: Path) -> Path:
+    """An existing draft (e.g. a shipped fp16 one) as a starting point to train further: fp32
+    weights, its draft vocabulary, the target's tokenizer."""
+    draft = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    draft.save_pretrained(out)
+    AutoTokenizer.from_pretrained(target_dir, local_files_only=True).save_pretrained(out)
+    vocab = load_draft_vocab(source)
+    if vocab is not None:
+        save_draft_vocab(vocab, out)
+    return out
+
+
 def load_draft(directory: Path, dtype=torch.float32):
     """A draft directory as a torch model with target ids in and full-width logits out (mapped
     when it has a draft vocabulary)."""
