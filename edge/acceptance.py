@@ -6,14 +6,14 @@ is then accepted or not. A round with n < k reached positions 1..n+1 and accepte
 n = k it reached and accepted all k.
 
 Per position, decayed counts of reached and accepted (rounds verified, or replayed over a
-cloud-only stream by ``Replay``) give c_i = P(draft i accepted | position i reached). A round
-of k drafts then commits on average
+stream by ``Replay``) give c_i = P(draft i accepted | position i reached). A round of k drafts
+commits on average
 
     E[tokens | k] = 1 + sum_{i=1..k} c_1 c_2 ... c_i
 
 and a block of k sent ahead holds (all k accepted and the bonus guessed) with c_1 ... c_(k+1).
-Unlike the geometric (1 - a^(k+1)) / (1 - a) this keeps what bursty text does: a draft that got
-a passage's first tokens right tends to get the next ones right too.
+Unlike the geometric (1 - a^(k+1)) / (1 - a) this keeps what bursty text does: a draft right
+on a passage's first tokens tends to be right on the next ones too.
 
 Each c_i is shrunk towards c_(i-1) (c_1 towards the prior) by ``shrink`` pseudo-drafts: a
 position seldom reached says little, and extrapolating the deepest measured one, not the pooled
@@ -23,13 +23,6 @@ mean of the first positions, lets k grow until longer blocks have measured what 
 from __future__ import annotations
 
 MAX_C = 0.99  # NOTE: a position always accepted so far is no proof of certainty
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """Expected committed tokens of a round of k drafts at geometric acceptance ``alpha``."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 class Acceptance:
@@ -46,12 +39,13 @@ class Acceptance:
         reached = min(accepted + 1, k)
         self.add_counts([1.0] * reached, [1.0] * accepted)
 
-    def add_counts(self, reached: list[float], accepted: list[float]) -> None:
-        """A round's per-position counts (fractional for a replayed one)."""
+    def add_counts(self, reached: list[float], accepted: list[float], rounds: float = 1.0) -> None:
+        """Per-position counts of ``rounds`` rounds (fractional for replayed ones): what was
+        there before weighs ``decay ** rounds``."""
         self.seen += sum(reached)
-        size = max(len(reached), len(self.reached))
-        self.reached = [self.decay * r for r in self.reached] + [0.0] * (size - len(self.reached))
-        self.accepted = [self.decay * a for a in self.accepted] + [0.0] * (size - len(self.accepted))
+        decay, size = self.decay ** rounds, max(len(reached), len(self.reached))
+        self.reached = [decay * r for r in self.reached] + [0.0] * (size - len(self.reached))
+        self.accepted = [decay * a for a in self.accepted] + [0.0] * (size - len(self.accepted))
         for i, (r, a) in enumerate(zip(reached, list(accepted) + [0.0] * len(reached))):
             self.reached[i] += r
             self.accepted[i] += a
@@ -87,42 +81,35 @@ class Acceptance:
 
 
 class Replay:
-    """Rounds of ``k`` drafts replayed over streamed tokens the device did not draft, from each
-    token's chance that a draft there would have been accepted (greedy: 1 or 0).
-
-    The state is the chance of each block position (and of the bonus token) at the next token,
-    so a chance of 0.6 sends 0.6 of the block on and ends 0.4 of it; with chances of 0 and 1
-    this is the exact replay of greedy rounds. Counts come out a round's worth at a time."""
+    """Rounds of ``k`` drafts replayed over streamed tokens, from each token's chance that a
+    draft there would have been accepted. The state is the chance of each block position (and
+    of the bonus) at the next token: a chance of 0.6 sends 0.6 of the block on and ends 0.4 of
+    it; with chances of 0 and 1 this is the exact replay of greedy rounds."""
 
     def __init__(self, k: int):
         self.k = max(1, int(k))
         self.restart()
 
-    def restart(self) -> list[tuple[list[float], list[float]]]:
-        """A gap in the stream (the shadow rested): the next token starts a fresh block. Returns
-        the round in progress, if any (what was observed of it holds)."""
-        pending = [(self.reached, self.accepted)] if getattr(self, "reached", None) and sum(self.reached) > 0 else []
+    def restart(self) -> None:
+        """A gap in the stream (the shadow rested): the next token starts a fresh block."""
         self.mass, self.bonus = [1.0] + [0.0] * (self.k - 1), 0.0
-        self.reached, self.accepted, self.ended = [0.0] * self.k, [0.0] * self.k, 0.0
-        return pending
 
-    def feed(self, chances: list[float]) -> list[tuple[list[float], list[float]]]:
-        """Advances over the tokens; returns each full round's (reached, accepted) counts."""
-        out = []
+    def feed(self, chances: list[float]) -> tuple[list[float], list[float], float]:
+        """Advances over the tokens; returns their per-position (reached, accepted) counts and
+        the rounds they ended."""
+        reached, accepted, ended = [0.0] * self.k, [0.0] * self.k, 0.0
         for chance in chances:
             p, new = min(max(float(chance), 0.0), 1.0), [0.0] * self.k
-            new[0], ended, bonus = self.bonus, self.bonus, 0.0  # a bonus token ends its round, no draft of its own
+            new[0], bonus = self.bonus, 0.0  # a bonus token ends its round, no draft of its own
+            ended += self.bonus
             for i, m in enumerate(self.mass):
-                self.reached[i] += m
-                self.accepted[i] += m * p
+                reached[i] += m
+                accepted[i] += m * p
                 new[0] += m * (1 - p)  # rejected: the streamed token was the round's correction
                 ended += m * (1 - p)
                 if i + 1 < self.k:
                     new[i + 1] += m * p
                 else:
                     bonus += m * p
-            self.mass, self.bonus, self.ended = new, bonus, self.ended + ended
-            if self.ended >= 1.0:
-                out.append((self.reached, self.accepted))
-                self.reached, self.accepted, self.ended = [0.0] * self.k, [0.0] * self.k, 0.0
-        return out
+            self.mass, self.bonus = new, bonus
+        return reached, accepted, ended

@@ -23,8 +23,8 @@ from edgespec.edge.eos import chat_template_of
 from edgespec.edge.driver import Clock, Generation
 from edgespec.edge.errors import EdgespecError, TokenizerMismatchError
 from edgespec.edge.openai_request import render_chat
-from edgespec.edge.params import GenerationParams
-from edgespec.edge.planner import Info, Planner, path_mode
+from edgespec.edge.params import GenerationParams, path_mode
+from edgespec.edge.planner import Info, Planner
 from edgespec.edge.transport import Retries
 from edgespec.edge.types import ReplicaProbe, Result, ServerInfo
 from edgespec.edge.wire import server_info

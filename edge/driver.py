@@ -39,8 +39,8 @@ import grpc
 from edgespec.edge.drafter import Drafter
 from edgespec.edge.drafting import BlockDrafter
 from edgespec.edge.lookup_draft import LookupDraft
-from edgespec.edge.params import GenerationParams, Mode, served_mode
-from edgespec.edge.planner import Decision, FirstToken, Info, Planner, Round, Segment, Start, Streamed, path_mode
+from edgespec.edge.params import GenerationParams, Mode, path_mode, served_mode
+from edgespec.edge.planner import Decision, FirstToken, Info, Planner, Round, Segment, Start, Streamed
 from edgespec.edge.planner import Path as Route  # the planner's Path, named apart from pathlib.Path
 from edgespec.edge.protocol import Block, ClientSession, Kind, Outcome
 from edgespec.edge.sampling import PositionDraws

@@ -234,3 +234,10 @@ def served_mode(params: GenerationParams, modes: tuple[str, ...]) -> GenerationP
     if params.mode is Mode.COUPLED and Mode.COUPLED.value not in modes and Mode.EXACT.value in modes:
         return dataclasses.replace(params, mode=Mode.EXACT)
     return params
+
+
+def path_mode(params: GenerationParams) -> str:
+    """The planner's mode for a request: auto only with adaptive k and ``speculate="auto"``."""
+    if params.speculate is False:
+        return "cloud_only"
+    return "auto" if params.k == "auto" and params.speculate == "auto" else "speculative"

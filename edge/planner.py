@@ -1,10 +1,9 @@
 """Which path produces the next tokens, how many drafts a block holds, and how many blocks fly.
 
-A small model: its knobs in ``PlannerConfig``; what the device measured in ``State``, changed
-only by ``observe(state, config, event)``; and ``decide(state, config, ...)``, a pure function
-of the two that the driver (``edge/driver.py``) and the simulators (``cloud/simulate``) call
-alike. It reads no clock: every time is an event's. ``Planner`` holds one of each for a client
-(later requests start from what earlier ones measured) and logs every decision.
+Its knobs in ``PlannerConfig``; what the device measured in ``State``, changed only by
+``observe(state, config, event)``; ``decide(state, config, ...)``, pure, which the driver
+(``edge/driver.py``) and the simulators (``cloud/simulate``) call alike. It reads no clock.
+``Planner`` holds one of each for a client, and logs every decision.
 
 The rule. Speculation's price per token at k drafts is a round over what it commits:
 
@@ -15,25 +14,24 @@ The rule. Speculation's price per token at k drafts is a round over what it comm
 
 with E[tokens | k] and holds(k) from acceptance by position (``acceptance.Acceptance``), depth
 the blocks that cover a round trip, and bias the measured over the predicted round time (the
-model's error, which the machine's load makes). A block goes ahead where what it saves when it
-holds, holds(k) (fresh - held), pays for drafting it, device(k). The stream's price is its
-measured rate (the replica's own figure before any) plus the shadow's drafting at its share.
+model's error, which the machine's load makes). The stream's price is its measured rate (the
+replica's figure before any) plus the shadow's drafting at its share.
 
 A request starts on the cheaper path over its budget (speculation pays one more round trip to
 start). An unknown draft (under ``enter_drafts`` observed) is tried where a hopeless one would
-lose under ``explore_loss`` of the request (its second round and a switch); elsewhere the
+lose under ``explore_loss`` of the request (three rounds and a switch); elsewhere the
 request streams and the shadow judges the draft. Mid-request the path switches when the other
 is cheaper by ``margin`` and the tokens left repay two switches (a round trip and a prefill
 each): speculation is left from its ``min_rounds``-th round (the first carries the Open), a
-stream from its ``min_stream_tokens``-th token, once a round trip was probed beside it and
-``enter_drafts`` drafts rest the forecast. While streaming the draft runs over the streamed
-tokens (the shadow, ``shadow_wanted``), replayed as rounds of max_k drafts into the same
-acceptance, so speculation comes back when the text or the link turns good.
+stream from its ``min_stream_tokens``-th token once a probe beside it measured the round trip.
+The shadow (``shadow_wanted``) runs the draft over streamed tokens, replayed as rounds into the
+same acceptance, so speculation comes back when the text or the link turns good.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -49,47 +47,46 @@ class Path(str, Enum):
 class PlannerConfig:
     """The planner's knobs; each default with its reason.
 
-    margin: the other path must be predicted this much cheaper per token to switch (0.05:
-        forecasts of either path err by a few percent; a switch on noise pays two prefills).
-    max_depth: most blocks in flight (4: covers a 4G round trip; more only adds blocks lost
-        at each miss).
+    margin: the other path must be predicted this much cheaper per token to switch (0.1: a
+        forecast from a few dozen drafts errs by several percent; a switch on noise pays two
+        prefills, and switching back and forth on it costs more than either path).
+    max_depth: most blocks in flight (4: covers a 4G round trip; more only lose at each miss).
     prior_acceptance: each position's acceptance before any is observed (0.7: a draft trained
         for its target; one that is not is found out in a round or two).
-    shrink: pseudo-drafts pulling each position's acceptance towards the one before it (2: a
-        position reached twice has said something, once little).
+    shrink: pseudo-drafts pulling each position's acceptance towards the one before it (1: a
+        hopeless draft shows within three rounds; a position seldom reached follows its elder).
     acceptance_decay: a round's weight in acceptance one round later (0.97: about 30 rounds,
         a short text's worth, so a hard passage shows within a few rounds and then fades).
-    new_text_weight: what earlier texts' rounds weigh when a request starts (0.5: texts differ,
-        yet the last one is the best guess for the next one's opening).
-    memory: a timing sample's weight one sample later (0.8: a link or a load that changed shows
-        within a few rounds; jitter averages out).
+    new_text_weight: what earlier texts' rounds weigh when a request starts (0.2: texts differ;
+        the last one is a guess at the next one's opening that its own first rounds overrule).
+    window: timings are the median of their last this many samples (5: a link that changed
+        shows after three; one loss stall moves nothing); fitted lines forget as fast.
     min_rounds: rounds of a speculative segment before it may be left (2: the first one rode
         with the Open and priced the prefill, not a round).
     min_stream_tokens: streamed tokens before a stream may be left (8: its first ones are a
         burst behind the prefill, not a rate).
     enter_drafts: drafts observed before a forecast may enter speculation, or start a request
-        on it without exploring (16: two lucky rounds are no proof).
+        on it without exploring (12: two lucky rounds are no proof).
     explore_loss: an unknown draft is tried first only where a hopeless one costs less than this
-        share of the request (0.1: a near link's second round and switch cost little).
+        share of the request (0.1: on a near link its rounds and switch cost little).
     shadow_share: the shadow's drafting, at most this share of the stream's time (0.03: it
         runs on cores the stream's client uses too).
     shadow_look: streamed tokens per look when the shadow is bounded (16: a round's worth).
     bias_limit: the measured/predicted round time kept within [1/limit, limit] (1.5: a slow
         forward or two must not price a path out for good).
-    prefill_forwards: a switch's prefill, in verify forwards, before one is measured (4: a
-        prompt's prefill costs a few forwards on the pairs measured).
+    prefill_forwards: a switch's prefill in verify forwards until one is measured (4: a few).
     """
 
-    margin: float = 0.05
+    margin: float = 0.1
     max_depth: int = 4
     prior_acceptance: float = 0.7
-    shrink: float = 2.0
+    shrink: float = 1.0
     acceptance_decay: float = 0.97
-    new_text_weight: float = 0.5
-    memory: float = 0.8
+    new_text_weight: float = 0.2
+    window: int = 5
     min_rounds: int = 2
     min_stream_tokens: int = 8
-    enter_drafts: float = 16.0
+    enter_drafts: float = 12.0
     explore_loss: float = 0.1
     shadow_share: float = 0.03
     shadow_look: int = 16
@@ -97,18 +94,15 @@ class PlannerConfig:
     prefill_forwards: float = 4.0
 
     def __post_init__(self) -> None:
-        shares = ("margin", "prior_acceptance", "acceptance_decay", "new_text_weight", "memory", "explore_loss", "shadow_share")
-        for name in shares:
-            if not 0.0 <= getattr(self, name) < 1.0 or (name != "margin" and getattr(self, name) == 0.0):
-                raise ValueError(f"PlannerConfig.{name} must be in (0, 1), got {getattr(self, name)}")
-        for name in ("max_depth", "min_rounds", "min_stream_tokens", "shadow_look"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PlannerConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("shrink", "enter_drafts", "prefill_forwards"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"PlannerConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.bias_limit < 1.0:
-            raise ValueError(f"PlannerConfig.bias_limit must be >= 1, got {self.bias_limit}")
+        ranges = {"(0, 1)": lambda v: 0 < v < 1, "[0, 1)": lambda v: 0 <= v < 1, ">= 1": lambda v: v >= 1,
+                  ">= 0": lambda v: v >= 0}
+        for name, allowed in [("margin", "[0, 1)"), ("prior_acceptance", "(0, 1)"), ("acceptance_decay", "(0, 1)"),
+                              ("new_text_weight", "(0, 1)"), ("explore_loss", "(0, 1)"), ("shadow_share", "(0, 1)"),
+                              ("max_depth", ">= 1"), ("window", ">= 1"), ("min_rounds", ">= 1"), ("bias_limit", ">= 1"),
+                              ("min_stream_tokens", ">= 1"), ("shadow_look", ">= 1"), ("shrink", ">= 0"),
+                              ("enter_drafts", ">= 0"), ("prefill_forwards", ">= 0")]:
+            if not ranges[allowed](getattr(self, name)):
+                raise ValueError(f"PlannerConfig.{name} must be {allowed}, got {getattr(self, name)}")
 
 
 # ---- events: what the driver saw ------------------------------------------------------------
@@ -124,8 +118,7 @@ class Start:
 
 @dataclass(frozen=True)
 class Segment:
-    """A segment of ``path`` begins (a request's first, or after a switch)."""
-    path: Path
+    path: Path  # a segment of this path begins (a request's first, or after a switch)
 
 
 @dataclass(frozen=True)
@@ -154,14 +147,12 @@ class Round:
 
 @dataclass(frozen=True)
 class FirstToken:
-    """A stream's first token came ``ms`` after its call."""
-    ms: float
+    ms: float  # a stream's first token came this long after its call
 
 
 @dataclass(frozen=True)
 class Streamed:
-    """The stream so far: ``tokens`` tokens arrived within ``ms`` of its first."""
-    ms: float
+    ms: float  # the stream so far: ``tokens`` arrived within ``ms`` of its first
     tokens: int
 
 
@@ -189,10 +180,6 @@ class Line:
     def add(self, x: float, y: float) -> None:
         self.sums = [self.decay * s + v for s, v in zip(self.sums, (1.0, x, x * x, y, x * y))]
 
-    def mean_x(self) -> float:
-        """The x the samples weigh around: a sample there moves the line's level, not its slope."""
-        return self.sums[1] / self.sums[0] if self.sums[0] > 1e-9 else 1.0
-
     def at(self, x: float) -> float | None:
         w, wx, wxx, wy, wxy = self.sums
         if w < 1e-9:
@@ -203,22 +190,30 @@ class Line:
         return max(my + slope * (x - mx), 0.0)
 
 
-def _ewma(old: float | None, new: float, memory: float) -> float:
-    return new if old is None else memory * old + (1 - memory) * new
+@dataclass
+class Median:
+    """The median of the last ``size`` samples; None before any."""
+    size: int
+    samples: list[float] = field(default_factory=list)
+    value: float | None = None
+
+    def add(self, x: float) -> None:
+        self.samples = (self.samples + [x])[-self.size:]
+        self.value = statistics.median(self.samples)
 
 
 @dataclass
 class State:
     """What the device measured (ms), across requests, and where the current request stands."""
     config: PlannerConfig
-    rtt: float | None = None  # network round trip + ingress
+    rtt: Median = field(init=False)  # network round trip + ingress
     forward: Line = field(init=False)  # the replica's verify forward against k
     device: Line = field(init=False)  # a fresh round's device time (drafting and the rest) against k
     stream: float | None = None  # a stream's measured ms per token
     replica_stream: float | None = None  # what the replica tells of its streams' ms per token
-    prefill: float | None = None  # what a segment's start pays beyond a round trip and a step
-    bias: float = 1.0  # measured / predicted round time
-    shadow_ms: float | None = None  # the shadow's drafting per streamed token
+    prefill: Median = field(init=False)  # what a segment's start pays beyond a round trip and a step
+    bias: Median = field(init=False)  # measured / predicted round time
+    shadow: Median = field(init=False)  # the shadow's drafting per streamed token
     acceptance: Acceptance = field(init=False)
     replay: Replay = field(default_factory=lambda: Replay(16))
     max_k: int = 16
@@ -230,7 +225,8 @@ class State:
 
     def __post_init__(self) -> None:
         c = self.config
-        self.forward, self.device = Line(c.memory), Line(c.memory)
+        self.forward, self.device = Line(1 - 1 / c.window), Line(1 - 1 / c.window)
+        self.rtt, self.prefill, self.bias, self.shadow = (Median(c.window) for _ in range(4))
         self.acceptance = Acceptance(c.acceptance_decay, c.shrink, c.prior_acceptance)
 
 
@@ -241,39 +237,36 @@ def observe(state: State, config: PlannerConfig, event: Event) -> None:
         s.max_k, s.k, s.send_ahead = event.max_k, event.k, event.send_ahead
         if s.replay.k != s.max_k:
             s.replay = Replay(s.max_k)
-        _replayed(s, s.replay.restart())
+        s.replay.restart()
         s.acceptance.forget(config.new_text_weight)
     elif isinstance(event, Segment):
         s.segment_rounds = s.segment_tokens = s.segment_probes = 0
     elif isinstance(event, Info):
         if event.forward_ms > 0:
-            s.forward.add(s.forward.mean_x(), event.forward_ms)  # (at no known k: the level, not the slope)
+            w, wx = s.forward.sums[:2]  # (at no known k: at the mean k, a sample moves the level, not the slope)
+            s.forward.add(wx / w if w > 1e-9 else 1.0, event.forward_ms)
         if event.stream_ms > 0 or event.decode_ms > 0:
             s.replica_stream = max(event.stream_ms, event.decode_ms)
         if event.rtt_ms is not None:
-            s.rtt = _ewma(s.rtt, event.rtt_ms, config.memory)
+            s.rtt.add(event.rtt_ms)
             s.segment_probes += 1
     elif isinstance(event, Round):
         _observe_round(s, config, event)
     elif isinstance(event, FirstToken):
         step = s.replica_stream or s.forward.at(1)
-        if s.rtt is not None and step is not None:
-            s.prefill = _ewma(s.prefill, max(event.ms - s.rtt - step, 0.0), config.memory)
+        if s.rtt.value is not None and step is not None:
+            s.prefill.add(max(event.ms - s.rtt.value - step, 0.0))
     elif isinstance(event, Streamed):
         s.segment_tokens = event.tokens
         if event.tokens > 0:
             s.stream = event.ms / event.tokens
     elif isinstance(event, Shadowed):
         if event.after_gap:
-            _replayed(s, s.replay.restart())
-        _replayed(s, s.replay.feed(list(event.chances)))
+            s.replay.restart()
+        reached, accepted, rounds = s.replay.feed(list(event.chances))
+        s.acceptance.add_counts(reached, accepted, rounds)
         if event.draft_ms is not None and event.chances:
-            s.shadow_ms = _ewma(s.shadow_ms, event.draft_ms / len(event.chances), config.memory)
-
-
-def _replayed(state: State, rounds: list[tuple[list[float], list[float]]]) -> None:
-    for reached, accepted in rounds:
-        state.acceptance.add_counts(reached, accepted)
+            s.shadow.add(event.draft_ms / len(event.chances))
 
 
 def _observe_round(s: State, config: PlannerConfig, r: Round) -> None:
@@ -282,19 +275,18 @@ def _observe_round(s: State, config: PlannerConfig, r: Round) -> None:
     s.acceptance.add(min(max(r.tokens - 1, 0), r.k), r.k)  # (a tree's accepted leaves count as its chain's)
     s.segment_rounds += 1
     if s.segment_rounds == 1:
-        if r.wait_ms is not None and s.rtt is not None:
-            s.prefill = _ewma(s.prefill, max(r.wait_ms - s.rtt - r.forward_ms, 0.0), config.memory)
+        if r.wait_ms is not None and s.rtt.value is not None:
+            s.prefill.add(max(r.wait_ms - s.rtt.value - r.forward_ms, 0.0))
         return
-    predicted = _round_ms(s, config, r.k, held=r.wait_ms is None)  # (before this round's times move it)
     if r.forward_ms > 0:
         s.forward.add(r.k, r.forward_ms)
     if r.wait_ms is not None:
-        s.rtt = _ewma(s.rtt, max(r.wait_ms - r.forward_ms, 0.0), config.memory)
+        s.rtt.add(max(r.wait_ms - r.forward_ms, 0.0))
         s.device.add(r.k, max(r.wall_ms - r.wait_ms, 0.0))
-    if predicted:
-        # Like with like: a held round against a held one's price, a fresh one against a fresh one.
-        ratio = min(max(r.wall_ms / predicted, 1 / config.bias_limit), config.bias_limit)
-        s.bias = _ewma(s.bias, ratio, config.memory)
+    costs = _costs(s, config, r.k)  # the model's error once its parts are measured, like with like
+    if costs is not None and costs[0] > 0:
+        predicted = costs[1] if r.wait_ms is None else costs[0]  # (a held round against a held one's price)
+        s.bias.add(min(max(r.wall_ms / predicted, 1 / config.bias_limit), config.bias_limit))
 
 
 # ---- the decision ---------------------------------------------------------------------------
@@ -309,49 +301,38 @@ class Decision:
     reason: str
 
 
-def _costs(s: State, config: PlannerConfig, k: int) -> tuple[float, float] | None:
-    """(fresh, held) rounds of k drafts at the depth that covers a round trip; None until the
-    round trip and the forward are known. A held block is verified right after its predecessor
-    but no more than depth blocks travel in one round trip."""
-    forward = s.forward.at(k)
-    if s.rtt is None or forward is None:
+def _costs(s: State, config: PlannerConfig, k: int) -> tuple[float, float, float, int] | None:
+    """A round of k drafts: (fresh, held, device, depth), depth the blocks that cover a round
+    trip (no more travel in one); None until the round trip and the forward are known."""
+    forward, rtt = s.forward.at(k), s.rtt.value
+    if rtt is None or forward is None:
         return None
     device = s.device.at(k) or 0.0  # (until a round measured it: the round trip dominates a first guess)
-    fresh = s.rtt + forward + device
-    depth = _depth(s, config, forward + device)
-    return fresh, (max(forward + device, fresh / depth) if depth > 1 else fresh)
-
-
-def _depth(s: State, config: PlannerConfig, per_block: float) -> int:
+    fresh, per_block = rtt + forward + device, forward + device
     if s.send_ahead != "auto":
-        return max(1, int(s.send_ahead))
-    return max(2, min(config.max_depth, 1 + math.ceil((s.rtt or 0.0) / max(per_block, 1.0))))
-
-
-def _round_ms(s: State, config: PlannerConfig, k: int, *, held: bool) -> float | None:
-    costs = _costs(s, config, k)
-    return None if costs is None else costs[1] if held else costs[0]
+        depth = max(1, int(s.send_ahead))
+    else:
+        depth = max(2, min(config.max_depth, 1 + math.ceil(rtt / max(per_block, 1.0))))
+    return fresh, (max(per_block, fresh / depth) if depth > 1 else fresh), device, depth
 
 
 def forecast(s: State, config: PlannerConfig) -> tuple[int, float | None, int]:
     """(best k, speculation's ms per token there with the bias, blocks in flight); k = max_k
     and no price until the round trip and the forward are known."""
     tokens, holds = s.acceptance.tokens_and_holds(s.max_k)
-    best: tuple[float, int, int] | None = None
+    best: tuple[float, int, int] = (math.inf, s.max_k, 1 if s.send_ahead == "auto" else int(s.send_ahead))
     for k in range(1, s.max_k + 1):
         costs = _costs(s, config, k)
         if costs is None:
-            return s.max_k, None, 1
-        fresh, held = costs
-        device = (s.device.at(k) or 0.0)
-        ahead = s.send_ahead != 1 and held < fresh and (s.send_ahead != "auto" or holds[k] * (fresh - held) >= device)
-        round_ms = holds[k] * held + (1 - holds[k]) * fresh if ahead else fresh
-        rate = round_ms / tokens[k]
-        if best is None or rate < best[0]:
-            forward = s.forward.at(k) or 0.0
-            best = (rate, k, _depth(s, config, forward + device) if ahead else 1)
-    assert best is not None
-    return best[1], best[0] * s.bias, best[2]
+            return best[1], None, best[2]
+        fresh, held, device, depth = costs
+        # A block goes ahead where what it saves when it holds pays for drafting it.
+        ahead = depth > 1 and (s.send_ahead != "auto" or holds[k] * (fresh - held) >= device)
+        rate = (holds[k] * held + (1 - holds[k]) * fresh if ahead else fresh) / tokens[k]
+        if rate < best[0]:
+            best = (rate, k, depth if ahead else 1)
+    bias = s.bias.value if len(s.bias.samples) > config.window // 2 else None  # (one round is no error yet)
+    return best[1], best[0] * (bias or 1.0), best[2]
 
 
 def cloud_ms(s: State, config: PlannerConfig) -> float | None:
@@ -360,17 +341,21 @@ def cloud_ms(s: State, config: PlannerConfig) -> float | None:
     stream = s.stream or s.replica_stream or s.forward.at(1)
     if stream is None:
         return None
-    return stream + _shadow_share(s, config, stream) * (s.shadow_ms or 0.0)
+    return stream + _shadow_share(s, config, stream) * (s.shadow.value or 0.0)
 
 
 def _shadow_share(s: State, config: PlannerConfig, stream: float) -> float:
-    return 1.0 if not s.shadow_ms else min(1.0, config.shadow_share * stream / s.shadow_ms)
+    return 1.0 if not s.shadow.value else min(1.0, config.shadow_share * stream / s.shadow.value)
 
 
 def shadow_wanted(s: State, config: PlannerConfig, position: int) -> bool:
-    """Whether the shadow runs over the stream's token at ``position``: every one while that
-    costs under ``shadow_share`` of the stream, else the last ``shadow_look`` of each period
-    that keeps the share."""
+    """Whether the shadow runs over the stream's token at ``position`` (from the stream's start):
+    every one while that costs under ``shadow_share`` of the stream, else the last
+    ``shadow_look`` of each period that keeps the share. The first look opens the stream (a new
+    text's opening judges it), and while the draft is little known (under ``enter_drafts`` ever
+    observed) every token is worth watching."""
+    if position < config.shadow_look or s.acceptance.seen < config.enter_drafts:
+        return True
     stream = s.stream or s.replica_stream
     share = 1.0 if stream is None else _shadow_share(s, config, stream)
     period = math.ceil(config.shadow_look / share)
@@ -379,8 +364,8 @@ def shadow_wanted(s: State, config: PlannerConfig, position: int) -> bool:
 
 def switch_cost_ms(s: State, config: PlannerConfig) -> float:
     """A switch: the round trip that opens the other path and the replica's prefill."""
-    prefill = s.prefill if s.prefill is not None else config.prefill_forwards * (s.forward.at(1) or 0.0)
-    return (s.rtt or 0.0) + prefill
+    prefill = s.prefill.value if s.prefill.value is not None else config.prefill_forwards * (s.forward.at(1) or 0.0)
+    return (s.rtt.value or 0.0) + prefill
 
 
 def decide(s: State, config: PlannerConfig, mode: str, current: Path | None, remaining: int) -> Decision:
@@ -401,7 +386,7 @@ def _path(s: State, config: PlannerConfig, mode: str, current: Path | None, rema
     if current is None:
         return _start(s, config, remaining, spec, cloud)
     if spec is None or cloud is None:
-        return current, "nothing to compare"
+        return current, ""
     switch = 2 * switch_cost_ms(s, config)
     if current is Path.SPECULATIVE:
         if s.segment_rounds >= config.min_rounds and cloud * (1 + config.margin) < spec \
@@ -419,17 +404,16 @@ def _start(s: State, config: PlannerConfig, budget: int, spec: float | None, clo
     if spec is None or cloud is None:
         return Path.SPECULATIVE, "nothing measured: speculate, and learn"
     if s.acceptance.seen < config.enter_drafts:
-        # A hopeless draft would cost its second round (the first rides with the Open) and a switch.
-        fresh = _round_ms(s, config, s.max_k, held=False) or 0.0
-        if max(fresh - cloud, 0.0) + switch_cost_ms(s, config) > config.explore_loss * budget * cloud:
+        # A hopeless draft costs up to three rounds of a token each (the first rides with the
+        # Open; it shows by the third), and a switch.
+        fresh = (_costs(s, config, s.max_k) or (0.0,))[0]
+        if 3 * max(fresh - cloud, 0.0) + switch_cost_ms(s, config) > config.explore_loss * budget * cloud:
             return Path.CLOUD_ONLY, "the shadow judges the draft: a wrong guess costs too much here"
         return Path.SPECULATIVE, "exploring the draft"
-    if (s.rtt or 0.0) + budget * spec <= budget * cloud:  # (speculation pays one more round trip to start)
+    if (s.rtt.value or 0.0) + budget * spec <= budget * cloud:  # (speculation pays one more round trip to start)
         return Path.SPECULATIVE, "predicted"
     return Path.CLOUD_ONLY, "cloud-only predicted faster"
 
-
-# ---- one client's planner -------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Switch:
@@ -450,14 +434,12 @@ class Planner:
     ``mode``: "auto" chooses the path, "speculative" or "cloud_only" keep one."""
 
     def __init__(self, mode: str = "auto", config: PlannerConfig | None = None):
-        if mode not in ("auto", "speculative", "cloud_only"):
-            raise ValueError(f"mode must be auto, speculative or cloud_only, got {mode!r}")
-        self.mode, self.config = mode, config or PlannerConfig()
+        self.mode, self.config = Path(mode).value if mode != "auto" else mode, config or PlannerConfig()
         self.state = State(self.config)
         self.switch_log: list[Switch] = []
         self._budget = 0
 
-    def observe(self, event: Event) -> None:
+    def observe(self, event: Event) -> None:  # (a request's start begins its log)
         if isinstance(event, Start):
             self.switch_log, self._budget = [], event.max_new_tokens
         observe(self.state, self.config, event)
@@ -473,10 +455,4 @@ class Planner:
     def shadow_wanted(self, position: int) -> bool:
         return shadow_wanted(self.state, self.config, position)
 
-
-def path_mode(params) -> str:
-    """The planner's mode for a request: auto only with adaptive k and ``speculate="auto"``."""
-    if params.speculate is False:
-        return "cloud_only"
-    return "auto" if params.k == "auto" and params.speculate == "auto" else "speculative"
 

@@ -2,17 +2,12 @@
 
 What the draft would have proposed at each streamed token tells the planner what speculation
 would commit here (``planner.Shadowed``: per token, the chance a draft there would have been
-accepted; greedy, a hit is 1 and a miss 0; sampled, see ``Drafter.observe_chances``), and its
-time on the draft thread is the shadow's own cost; the draft's cache keeps in step with the
-stream. Streamed tokens are run over ``SHADOW_BATCH`` at a time (one forward each). A generation
-that starts cloud-only has the draft read the prompt first (one batched forward, as a
-speculative start does). Where watching every token would cost more than its share of the
-stream, the shadow rests between looks (``Planner.shadow_wanted``): the tokens it skips are
-kept, and a look first catches the draft up on them in the same batched forward, so a look sees
-the whole context (context lookup included) as the draft would when speculating. Everything it
-needs is passed in: it never reads the run.
+accepted: greedy, a hit; sampled, ``Drafter.observe_chances``), and its time on the draft
+thread is its own cost. Tokens are run over ``SHADOW_BATCH`` at a time, one forward each; a
+start on the cloud-only path has the draft read the prompt first. Between looks
+(``Planner.shadow_wanted``) it rests: the tokens it skips are kept, and the next look catches
+the draft up on them in the same forward, so it sees the context as speculation would.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -38,8 +33,7 @@ class Shadow:
                  clock: Callable[[], float] = time.perf_counter):
         self.drafter, self.draft_thread, self.planner = drafter, draft_thread, planner
         self.lookup, self.clock = lookup, clock
-        self.position = 0  # streamed tokens seen (where the planner's looks fall)
-        self.gap = False  # tokens were skipped since the last look
+        self.position, self.gap = 0, False  # streamed tokens seen; whether a rest skipped some since the last look
         self.sampling = sampling if sampling is not None and not sampling.is_greedy else None
         self.lookup_weight, self.draws, self.top_n = lookup_weight, draws, top_n  # coupled: exact hits (``observe_chances``)
         self.pending: asyncio.Future | None = None
@@ -77,8 +71,8 @@ class Shadow:
             self._flush(committed)
 
     def _flush(self, committed: list[int]) -> None:
-        """Runs the draft over the buffered tokens (``committed`` ends with them), on the draft
-        thread, and hands the planner what it saw."""
+        """Runs the draft over the buffered tokens (``committed`` ends with them) on the draft
+        thread; the planner observes what it saw."""
         tokens, self.buffer = self.buffer, []
         probs, self.buffer_probs = self.buffer_probs, []
         if not tokens:
@@ -122,9 +116,8 @@ class Shadow:
         return seen, (self.clock() - started) * 1000
 
     async def finish(self, committed: list[int]) -> None:
-        """Waits for the draft thread (the next segment uses the draft); leaves the draft's context
-        at ``committed`` where it followed the stream (what it skipped is appended, fed by the
-        next forward)."""
+        """Waits for the draft thread (the next segment uses the draft), and leaves the draft's
+        context at ``committed`` where it followed the stream (what it skipped appended)."""
         if self.in_step or self.fresh:
             self._flush(committed)  # (what it has seen of the stream counts, and the draft keeps up)
         if self.pending is not None:

@@ -18,17 +18,17 @@ from demo_link import run_on_link
 
 from edgespec.cloud.bench.harness import Harness
 from edgespec.edge.aclient import AsyncEdgeClient
-from edgespec.edge.planner import Planner
+from edgespec.edge.planner import Planner, forecast
 
 
 def forecast_parts(planner: Planner) -> str:
-    k = planner.reachable_k()
-    if k is None:
+    state = planner.state
+    k, spec, depth = forecast(state, planner.config)
+    if spec is None:
         return "no forecast yet"
-    tokens, holds = planner._tokens_and_holds()
-    forecast = planner.predicted_speculative() or 0.0
-    return (f"k {k}, E[tokens|k] {tokens[k]:.1f}, holds {holds[k]:.2f}, round {planner.predicted_round_ms(k):.1f} ms, "
-            f"bias {planner.est.spec_bias:.2f} -> {forecast:.1f} ms/token")
+    tokens, holds = state.acceptance.tokens_and_holds(state.max_k)
+    return (f"k {k}, E[tokens|k] {tokens[k]:.1f}, holds {holds[k]:.2f}, depth {depth}, "
+            f"bias {state.bias.value or 1.0:.2f} -> {spec:.1f} ms/token")
 
 
 async def probe(harness: Harness, prompts: list[str], args: argparse.Namespace) -> None:

@@ -22,15 +22,13 @@ from pathlib import Path
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-# The methods edge/rounds.py and edge/driver.py call on the planner.
-METHODS = ("first_path", "begin", "record_round", "record_forward", "record_ahead", "depth", "should_switch",
-           "record_rtt", "record_cloud_rate", "record_shadow", "record_shadow_sampled", "shadow_wanted")
+# The methods edge/driver.py (and the shadow) call on the planner.
+METHODS = ("observe", "decide", "shadow_wanted")
 
 
 def timed(cls, names, spent: Counter, calls: Counter) -> list[float]:
     """Wraps each method of ``cls`` named in ``names`` to add its time to ``spent``; returns
-    the one-element total of the outermost calls (``record_round`` calls ``record_forward``,
-    ``record_shadow`` calls ``record_shadow_sampled``: the sum of ``spent`` counts them twice)."""
+    the one-element total of the outermost calls (one method calling another counts once)."""
     total, depth = [0.0], [0]
     for name in names:
         method = getattr(cls, name)

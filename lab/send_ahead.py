@@ -35,13 +35,13 @@ def arm_line(name: str, results, client) -> str:
             f"verified / {sum(s.discarded_blocks for s in stats)} discarded")
     planners = list(client._client._planners.values())  # (the client's planner, for what it ended with)
     if planners:
+        from edgespec.edge.planner import forecast
+
         planner = planners[0]
-        k = planner.reachable_k()
-        costs = planner._round_costs()
-        if k is not None and costs is not None:
-            held = f"{planner.ahead_share():.2f}" if planner.est.ahead_sent else "-"
-            line += (f"; auto's depth {planner.depth()}, held {held}, "
-                     f"fresh / held round {costs[k - 1][0]:.1f} / {costs[k - 1][1]:.1f} ms")
+        k, spec, depth = forecast(planner.state, planner.config)
+        if spec is not None:
+            _, holds = planner.state.acceptance.tokens_and_holds(planner.state.max_k)
+            line += f"; auto's k {k}, depth {depth}, a block of k held with {holds[k]:.2f}, {spec:.1f} ms/token forecast"
     return line
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 from demo_link import run_on_link
 
 from edgespec.cloud.bench.harness import Harness
 from edgespec.edge.aclient import AsyncEdgeClient
 from edgespec.edge.params import GenerationParams
-from edgespec.edge.planner import Path, Planner
+from edgespec.edge.planner import Decision, Path, Planner, switch_cost_ms
 
 NEW_TOKENS = 128
 
@@ -34,16 +35,15 @@ class SwitchAt(Planner):
     at = 48
     priced_ms: float | None = None
 
-    def first_path(self, max_new_tokens: int, max_k: int = 16) -> Path:
-        super().first_path(max_new_tokens, max_k)
-        self.priced_ms = None
-        return Path.SPECULATIVE
-
-    def should_switch(self, current: Path, remaining: int) -> bool:
+    def decide(self, current: Path | None, remaining: int) -> Decision:
+        decision = super().decide(current, remaining)
+        if current is None:
+            self.priced_ms = None
+            return replace(decision, path=Path.SPECULATIVE)
         if current == Path.SPECULATIVE and NEW_TOKENS - remaining >= self.at:
-            self.priced_ms = self.switch_cost_ms()
-            return True
-        return False
+            self.priced_ms = switch_cost_ms(self.state, self.config)
+            return replace(decision, path=Path.CLOUD_ONLY)
+        return replace(decision, path=current)
 
 
 async def timed(client: AsyncEdgeClient, prompt: str, **params) -> tuple[list[tuple[float, int]], object]:

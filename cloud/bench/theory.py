@@ -10,8 +10,9 @@ Symbols (as in the seed documents and Leviathan et al. 2023):
     E[tau](a, k)      = (1 - a^(k+1)) / (1 - a)
     speedup(a, k, c)  = (1 - a^(k+1)) / ((1 - a) (1 + k/c))
 
-E[tau] is the SDK's own ``acceptance.expected_tokens``; the best k maximises tokens per unit of
-cost, as the planner chooses (with cost(k) = 1 + k/c target steps for the seeds' curve).
+E[tau] at geometric acceptance is ``expected_tokens`` (the planner's own, ``edge/acceptance.py``,
+generalises it to acceptance by position); the best k maximises tokens per unit of cost, as the
+planner chooses (with cost(k) = 1 + k/c target steps for the seeds' curve).
 
 The formula is the ideal: verifying k+1 tokens costs one target step and the network is free.
 ``cost_model_ms_per_token`` adds what the ideal leaves out (measured verification time at this
@@ -22,7 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgespec.edge.acceptance import expected_tokens
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected committed tokens of a round of k drafts at geometric acceptance ``alpha``."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 def seeds_speedup(alpha: float, k: int, c: float) -> float:

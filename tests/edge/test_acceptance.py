@@ -1,110 +1,74 @@
-"""The Beta posterior on per-position acceptance (the link's break-even a* is the planner's: test_planner.py)."""
+"""The planner's acceptance estimator (``acceptance.Acceptance``) and the replay of rounds over a
+stream (``acceptance.Replay``)."""
 
 from __future__ import annotations
 
 import pytest
-from scipy import stats
 
-from edgespec.edge.acceptance import Acceptance, beta_upper_tail
-
-
-@pytest.mark.parametrize("x", [1e-4, 0.05, 0.2, 0.45, 0.6, 0.9, 0.9999])
-@pytest.mark.parametrize("a, b", [(0.5, 0.5), (0.5, 2.5), (3.5, 1.5), (20.5, 8.5), (1.5, 40.5)])
-def test_the_upper_tail_matches_scipy(x, a, b):
-    assert beta_upper_tail(x, a, b) == pytest.approx(stats.beta.sf(x, a, b), abs=1e-10)
+from edgespec.cloud.bench.theory import expected_tokens
+from edgespec.edge.acceptance import Acceptance, Replay
 
 
-def test_rounds_count_accepted_drafts_and_one_rejection():
-    acceptance = Acceptance()
-    acceptance.add(2, 4)  # two accepted, the third rejected
-    acceptance.add(4, 4)  # all four accepted: no rejection was seen
-    assert acceptance.posterior == (0.5 + 6, 0.5 + 1)
-    for _ in range(40):
-        acceptance.add(0, 1)
-    assert len(acceptance) == 16  # the recent rounds only
-    assert acceptance.chance_at_least(0.2) < 0.01
+def test_a_round_counts_its_accepted_drafts_and_one_rejection():
+    acceptance = Acceptance(decay=1.0, shrink=0.0, prior=0.7)
+    acceptance.add(2, 4)  # drafts 1 and 2 accepted, 3 rejected, 4 never reached
+    acceptance.add(4, 4)  # all four accepted
+    assert acceptance.reached == [2.0, 2.0, 2.0, 1.0] and acceptance.accepted == [2.0, 2.0, 1.0, 1.0]
+    assert acceptance.by_position(4) == pytest.approx([0.99, 0.99, 0.5, 0.99])  # (never quite certain)
 
 
-def test_a_new_texts_chance_is_the_share_of_texts_that_reached_it():
-    from edgespec.edge.acceptance import TEXT_DRAFTS, Acceptance
-
-    acc = Acceptance()
-    assert acc.new_text_chance_at_least(0.5) is None  # no text ended yet
-    for accepted in (4, 4, 0):  # two texts at 0.8 a draft (4 of 5 each round), one at 0 (1 reached a round)
-        for _ in range(8):
-            acc.add(accepted, 5)
-        acc.end_text()
-    assert list(acc.texts) == pytest.approx([0.8, 0.8, 0.0])
-    assert acc.new_text_chance_at_least(0.5) == pytest.approx(2 / 3)
-    assert acc.new_text_chance_at_least(0.9) == 0.0
-    acc.add(0, 2)  # a text of fewer than TEXT_DRAFTS drafts observed does not count
-    acc.end_text()
-    assert len(acc.texts) == 3 and TEXT_DRAFTS > 2
+def test_with_one_acceptance_everywhere_a_round_commits_the_geometric_tokens():
+    acceptance = Acceptance(decay=1.0, shrink=1.0, prior=0.6)  # nothing measured: the prior at every position
+    tokens, holds = acceptance.tokens_and_holds(8)
+    for k in range(1, 9):
+        assert tokens[k] == pytest.approx(expected_tokens(0.6, k))
+        assert holds[k] == pytest.approx(0.6 ** (k + 1))  # all k accepted and the bonus guessed
 
 
-def test_acceptance_by_position_kept_as_rounds_come_and_go_equals_summing_them():
-    """The running sums (rounds leaving the recent window and the history) give what summing
-    every kept round again gives, over verified and replayed (fractional) rounds alike."""
-    import random
-
-    from edgespec.edge.acceptance import PRIOR, ROUNDS, SHRINK
-
-    def summed(acc, k):
-        reached, accepted = [0.0] * k, [0.0] * k
-        history = list(acc.history)
-        for r, a in history + history[-ROUNDS:]:
-            for i in range(min(k, len(r))):
-                reached[i] += r[i]
-            for i in range(min(k, len(a))):
-                accepted[i] += a[i]
-        mean = (sum(accepted) + PRIOR) / (sum(reached) + 2 * PRIOR)
-        return [min((accepted[i] + SHRINK * mean) / (reached[i] + SHRINK), 0.995) for i in range(k)]
-
-    rng, acc = random.Random(1), Acceptance()
-    for _ in range(600):
-        k = rng.randint(1, 16)
-        if rng.random() < 0.5:
-            acc.add(rng.randint(0, k), k)
-        else:
-            reached = [rng.random() for _ in range(k)]
-            acc.add_counts(reached, [x * rng.random() for x in reached])
-        for kk in (1, 5, 17):
-            assert acc.by_position(kk) == pytest.approx(summed(acc, kk), abs=1e-9)
+def test_a_position_seldom_reached_follows_the_one_before_it():
+    """Short probing blocks that were always right say the longer ones will be too: positions
+    past them take the deepest measured one's acceptance, not the prior's, so k can grow."""
+    acceptance = Acceptance(decay=1.0, shrink=1.0, prior=0.5)
+    for _ in range(20):
+        acceptance.add(2, 2)
+    c = acceptance.by_position(8)
+    assert c[0] > 0.9 and c[7] == pytest.approx(c[1], abs=1e-9)
+    tokens, _ = acceptance.tokens_and_holds(16)
+    assert tokens[16] > 10
 
 
-def test_a_texts_prior_is_what_the_last_texts_did_and_a_text_unlike_them_escapes_it():
-    """Two early misses of a draft that was right on 0.9 of every earlier text are no verdict on
-    this text (Jeffreys' prior alone says it can hardly win); a text far below the last ones is
-    judged on its own rounds as before; texts that differ give a loose prior."""
-    from edgespec.edge.acceptance import PRIOR, TEXT_PRIOR_DRAFTS, TEXT_PRIOR_TEXTS
-
-    def texts(acc: Acceptance, accepted_of_10: list[int]) -> None:
-        for accepted in accepted_of_10:
-            for _ in range(8):
-                acc.add(accepted, 10)  # ``accepted`` + 1 reached (9: all 10, 0.9 a draft)
-            acc.end_text()
-
-    acc = Acceptance()
-    texts(acc, [9] * (TEXT_PRIOR_TEXTS - 1))
-    assert acc.text_prior() is None
-    acc.add(1, 10)
-    acc.add(0, 10)  # a new text: 1 accepted, 2 rejected
-    jeffreys = beta_upper_tail(0.8, PRIOR + 1, PRIOR + 2)
-    assert acc.text_chance_at_least(0.8) == pytest.approx(jeffreys) and jeffreys < 0.1
-
-    acc = Acceptance()
-    texts(acc, [9] * 6)
-    alpha, beta = acc.text_prior()
-    assert alpha / (alpha + beta) == pytest.approx(0.9) and alpha + beta == pytest.approx(TEXT_PRIOR_DRAFTS)
-    acc.add(1, 10)
-    acc.add(0, 10)
-    assert acc.text_chance_at_least(0.8) > 0.2  # the same two rounds: no verdict yet
+def test_a_hopeless_draft_shows_within_a_few_rounds():
+    acceptance = Acceptance(decay=0.97, shrink=1.0, prior=0.7)
     for _ in range(3):
-        acc.add(0, 10)  # five rounds, one draft accepted: a text unlike the last ones
-    assert acc.text_chance_at_least(0.8) < 0.01
-    assert acc.text_chance_at_least(0.8) == pytest.approx(beta_upper_tail(0.8, PRIOR + 1, PRIOR + 5), abs=0.005)
+        acceptance.add(0, 4)
+    tokens, _ = acceptance.tokens_and_holds(16)
+    assert max(tokens) < 1.35
 
-    acc = Acceptance()
-    texts(acc, [9, 0, 9, 1, 9, 0])  # texts that differ: 0.9, 0 (one draft reached a round), 0.9, 0.5, 0.9, 0
-    alpha, beta = acc.text_prior()
-    assert alpha + beta < TEXT_PRIOR_DRAFTS / 2
+
+def test_old_rounds_fade_and_a_new_text_weighs_them_less():
+    acceptance = Acceptance(decay=0.5, shrink=0.0, prior=0.7)
+    acceptance.add(0, 1)
+    acceptance.add(1, 1)  # the miss now weighs half the hit
+    assert acceptance.by_position(1) == pytest.approx([1 / 1.5])
+    before = acceptance.drafts()
+    acceptance.forget(0.2)
+    assert acceptance.drafts() == pytest.approx(0.2 * before) and acceptance.seen == 2.0
+
+
+def test_hits_replay_as_the_greedy_rounds_they_would_have_been():
+    """Chances of 1 and 0 (greedy hits, or a lookup's point mass) replay the exact rounds:
+    drafts 1, 2 right and 3 wrong; then all four right (the fifth token is their bonus); then a
+    miss at the first draft."""
+    replay = Replay(4)
+    reached, accepted, rounds = replay.feed([1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    assert reached == [3, 2, 2, 1] and accepted == [2, 2, 1, 1] and rounds == 3
+
+
+def test_fractional_chances_replay_the_expected_rounds():
+    replay = Replay(2)
+    reached, accepted, rounds = replay.feed([0.5] * 400)
+    assert accepted == pytest.approx([0.5 * r for r in reached])  # each position accepted half the time
+    assert reached[1] == pytest.approx(0.5 * reached[0], rel=0.05)  # the second reached after a hit
+    assert sum(reached) / rounds == pytest.approx(1.5, rel=0.05)  # drafts per round: the first, and the second half the time
+    replay.restart()
+    assert replay.feed([1.0])[0] == [1.0, 0.0]  # after a gap, a fresh block

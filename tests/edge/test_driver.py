@@ -14,6 +14,7 @@ from conformance.scripted_verifier import SCENARIOS, serve
 
 from edgespec.edge.driver import Generation
 from edgespec.edge.params import GenerationParams
+from edgespec.edge.planner import Info
 from edgespec.edge.types import ServerInfo
 from edgespec.v1 import speculative_pb2_grpc as pb_grpc
 
@@ -81,19 +82,13 @@ def test_cloud_only_is_one_path_of_the_same_loop(verifier):
 
 
 class _ProbedPlanner:
-    """What a probe records, in order (a stand-in for the planner's record_* methods)."""
+    """What a probe tells the planner, in order (a stand-in that keeps the events)."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
+    def __init__(self):
+        self.events: list = []
 
-    def record_rtt(self, ms: float) -> None:
-        self.calls.append(("rtt", ms))
-
-    def record_replica_forward(self, ms: float) -> None:
-        self.calls.append(("forward", ms))
-
-    def record_decode(self, ms: float, *, stream_ms: float = 0.0) -> None:
-        self.calls.append(("decode", ms, stream_ms))
+    def observe(self, event) -> None:
+        self.events.append(event)
 
 
 def _probe_once(streaming: bool, monkeypatch) -> list[tuple]:
@@ -109,10 +104,10 @@ def _probe_once(streaming: bool, monkeypatch) -> list[tuple]:
         return ReplicaProbe(42.0, 15.0, 9.0, 11.5)
 
     async def go() -> None:
-        owner = SimpleNamespace(policies=SimpleNamespace(planner=planner))
+        owner = SimpleNamespace(planner=planner)
         task = asyncio.create_task(Generation._probe(owner, probe, streaming=streaming))  # type: ignore[arg-type]
         try:
-            while len(planner.calls) < (3 if streaming else 1):
+            while not planner.events:
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.05)  # a probe that loops would not have slept an hour yet: none more
             assert task.done() is not streaming  # beside rounds it returns; beside a stream it sleeps on
@@ -121,19 +116,17 @@ def _probe_once(streaming: bool, monkeypatch) -> list[tuple]:
 
     asyncio.run(asyncio.wait_for(go(), 10))
     assert len(probes) == 1
-    return planner.calls
+    return planner.events
 
 
 def test_a_stream_probes_the_round_trip_at_its_start(monkeypatch):
     """A cloud-only segment may be left only once it has a probe: the first goes with the stream,
     not an interval later (a 5G stream could not come back for its first ~40 tokens). It brings the
     replica's forward, which no round measures while streaming, and its stream figures."""
-    calls = _probe_once(True, monkeypatch)
-    assert calls == [("rtt", 42.0), ("forward", 15.0), ("decode", 9.0, 11.5)]
+    assert _probe_once(True, monkeypatch) == [Info(forward_ms=15.0, decode_ms=9.0, stream_ms=11.5, rtt_ms=42.0)]
 
 
 def test_a_speculative_segment_probes_the_replica_once_for_its_stream_figures(monkeypatch):
     """Beside rounds, which measure the round trip and the forward themselves, one probe tells the
     replica's current stream figures: what moves the price of a stream measured on another load."""
-    calls = _probe_once(False, monkeypatch)
-    assert calls == [("decode", 9.0, 11.5)]
+    assert _probe_once(False, monkeypatch) == [Info(forward_ms=0.0, decode_ms=9.0, stream_ms=11.5, rtt_ms=None)]

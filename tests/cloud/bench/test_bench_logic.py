@@ -11,10 +11,10 @@ from edgespec.cloud.bench.theory import (
     RoundCosts,
     alpha_from_rounds,
     alpha_from_tau,
+    expected_tokens,
     predicted_speedups,
     seeds_speedup,
 )
-from edgespec.edge.acceptance import expected_tokens
 from edgespec.edge.types import RoundRecord
 
 
