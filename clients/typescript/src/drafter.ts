@@ -7,6 +7,7 @@
  * `rollbackTo` cuts them off again, `append` adds the verifier's tokens, `reset` starts over.
  */
 
+import type { PositionDraws } from "./model/index.js";
 import type { SamplingParams } from "./params.js";
 import type { SparseDist } from "./wire.js";
 
@@ -56,6 +57,29 @@ export interface Drafter {
   append(tokenIds: readonly number[]): void;
   rollbackTo(n: number): void;
   propose(k: number, options: ProposeOptions): Promise<Proposal> | Proposal;
+  /**
+   * The shadow (optional): appends streamed tokens and returns what greedy drafting would have
+   * proposed at each (`observe`), or each one's chance of acceptance when sampling (`observeChances`).
+   */
+  observe?(tokenIds: readonly number[], lookup?: LookupSettings): Promise<number[]>;
+  observeChances?(tokenIds: readonly number[], options: ObserveChancesOptions): Promise<number[]>;
+}
+
+/** Context lookup's suffix lengths and window (src/model's lookupConfig()). */
+export interface LookupSettings {
+  maxN: number;
+  minN: number;
+  window: number;
+}
+
+export interface ObserveChancesOptions {
+  sampling: SamplingParams;
+  lookup?: LookupSettings;
+  lookupWeight?: number;
+  topN?: number;
+  targetProbs?: ReadonlyArray<number | null>;
+  /** Coupled mode: the position draws (src/model's PositionDraws). */
+  draws?: PositionDraws;
 }
 
 /** Text in and out: the draft's tokenizer, which is the target's. */

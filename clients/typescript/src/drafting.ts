@@ -6,6 +6,7 @@
 import type { Drafter, DrawsSpec, ProposeOptions } from "./drafter.js";
 import { type GenerationParams, draftSampling } from "./params.js";
 import { Block } from "./protocol.js";
+import type { ShadowSettings } from "./shadow.js";
 
 /** What the draft samples q from: p's parameters at the draft's own temperature (null: greedy). */
 export function proposeOptions(params: GenerationParams): Omit<ProposeOptions, "draws" | "alternatives"> {
@@ -70,6 +71,12 @@ export class BlockDrafter {
     const guess = await this.timed(1, this.draws(round, true), false);
     const drafts = await this.timed(k, this.draws(round, false), false);
     return new Block(round, [...drafts.proposal.tokens], drafts.proposal.q, guess.proposal.tokens[0]!, guess.ms + drafts.ms);
+  }
+
+  /** What the shadow drafts with while streaming: this request's settings. */
+  shadowSettings(): ShadowSettings {
+    const o = this.options;
+    return { lookup: o.lookup, sampling: o.sampling, lookupWeight: o.lookupWeight, topN: o.topN, coupledSeed: this.coupled && o.sampling ? this.seed : null };
   }
 
   /** Leaves the drafter's context at `committed`, keeping whatever cache is still valid. */

@@ -24,11 +24,14 @@ import { type GenerationParams, pathMode, servedMode } from "./params.js";
 import { type Decision, type Path, Planner } from "./planner.js";
 import { type Block, ClientSession, type Outcome } from "./protocol.js";
 import { ReplicaMoved, Retries } from "./retries.js";
+import { Shadow } from "./shadow.js";
 import type { SessionStream, Transport } from "./transport/types.js";
 import { RequestStats, type RoundRecord, type ServerInfo } from "./types.js";
 import { GRPC_FRAME_HEADER, type SessionRequest, type SessionResponse, encodeSessionRequest, finishName } from "./wire.js";
 
 export type Clock = () => number; // seconds
+/** While streaming cloud-only: how often the round trip is probed (an Info call), as edge/driver.py. */
+export const RTT_PROBE_INTERVAL_S = 0.5;
 export const defaultClock: Clock = () => performance.now() / 1000;
 
 export interface GenerationOptions {
@@ -180,6 +183,7 @@ export class Generation {
     const stream = this.transport.session();
     this.active = stream;
     let closing = false;
+    const probe = this.probe(false);
     try {
       // Step 1: Open, and the first block right behind it (its drafting overlaps the Open's trip).
       this.send(stream, session.open());
@@ -217,6 +221,7 @@ export class Generation {
         if (session.validInflight.length === 0 && !(await this.sendFresh(stream))) return; // no room: the cloud finishes
       }
     } finally {
+      probe.stop();
       if (!closing) stream.cancel();
       this.active = null;
     }
@@ -307,6 +312,9 @@ export class Generation {
     const { session, planner, stats } = this;
     const call = this.transport.generate(session.generate());
     this.active = call;
+    const probe = this.probe(true);
+    const shadow = planner.mode === "auto" && Shadow.supported(this.drafter)
+      ? new Shadow(this.drafter, planner, session.committed, this.drafting.shadowSettings(), this.clock) : null;
     try {
       const called = this.clock();
       let firstAt: number | null = null;
@@ -331,14 +339,47 @@ export class Generation {
         yield tokens;
         if (finish) return;
         if (reply.draining) throw new ReplicaMoved();
+        const probs = reply.tokenProbs.length === tokens.length && tokens.length ? [...reply.tokenProbs] : null;
+        shadow?.observe(tokens, session.committed, session.maxContext, probs);
         if (session.draftRoom > 1) {
           this.decision = planner.decide("cloud_only", session.remaining);
           if (this.decision.path !== "cloud_only") return; // cancelled: tokens not received are not committed
         }
       }
     } finally {
+      probe.stop();
       call.cancel();
       this.active = null;
+      await shadow?.finish(session.committed);
     }
+  }
+
+  /**
+   * Info round trips beside a segment, where the planner chooses the path: beside a stream, from
+   * its start and every RTT_PROBE_INTERVAL_S, the round trip and the replica's forward and stream
+   * figures (what no stream measures); beside a speculative segment, once, the replica's stream
+   * figures (rounds measure the round trip and the forward themselves).
+   */
+  private probe(streaming: boolean): { stop(): void } {
+    let stopped = this.planner.mode !== "auto";
+    void (async () => {
+      while (!stopped) {
+        try {
+          const started = this.clock();
+          const reply = await this.transport.info(this.options.timeoutS);
+          const rtt = (this.clock() - started) * 1000;
+          if (stopped) return;
+          this.planner.observe({
+            kind: "info", forwardMs: streaming ? reply.forwardMs : 0, decodeMs: reply.decodeMs, streamMs: reply.streamMs,
+            rttMs: streaming ? rtt : null,
+          });
+        } catch {
+          // (a failed probe says nothing about the segment; the segment reports its own errors)
+        }
+        if (!streaming) return;
+        await sleep(RTT_PROBE_INTERVAL_S);
+      }
+    })();
+    return { stop: () => void (stopped = true) };
   }
 }

@@ -41,7 +41,7 @@ export interface PlannerConfig {
 }
 
 export const DEFAULT_PLANNER_CONFIG: Readonly<PlannerConfig> = Object.freeze({
-  margin: 0.05, maxDepth: 4, priorAcceptance: 0.7, shrink: 2, acceptanceDecay: 0.95, newTextWeight: 0.5, memory: 0.8,
+  margin: 0.05, maxDepth: 4, priorAcceptance: 0.7, shrink: 2, acceptanceDecay: 0.97, newTextWeight: 0.5, memory: 0.8,
   minRounds: 2, minStreamTokens: 8, enterDrafts: 16, exploreLoss: 0.1, shadowShare: 0.03, shadowLook: 16,
   biasLimit: 1.5, prefillForwards: 4,
 });
@@ -309,7 +309,7 @@ function choosePath(s: State, config: PlannerConfig, mode: PlannerMode, current:
 
 function start(s: State, config: PlannerConfig, budget: number, spec: number | null, cloud: number | null): [Path, string] {
   if (spec === null || cloud === null) return ["speculative", "nothing measured: speculate, and learn"];
-  if (s.acceptance.drafts() < config.enterDrafts) {
+  if (s.acceptance.seen < config.enterDrafts) {
     // A hopeless draft would cost its second round (the first rides with the Open) and a switch.
     const fresh = roundMs(s, config, s.maxK, false) ?? 0;
     if (Math.max(fresh - cloud, 0) + switchCostMs(s, config) > config.exploreLoss * budget * cloud) {

@@ -7,6 +7,8 @@ import { CancelledError, Code, InvalidRequestError } from "../src/errors.js";
 import { FakeVerifier, type Script } from "./helpers/fake_verifier.js";
 import { OracleDrafter, targetOutput } from "./helpers/drafters.js";
 import { MemoryTransport } from "./helpers/memory_transport.js";
+import { Planner } from "../src/planner.js";
+import { Shadow } from "../src/shadow.js";
 
 const PROMPT = [3, 4, 5, 6];
 
@@ -83,5 +85,37 @@ describe("the generation loop", () => {
     const stream = c.stream(PROMPT, { maxNewTokens: 100, k: 2, sendAhead: 1, speculate: true });
     for await (const _ of stream) break;
     assert.equal(stream.result!.finishReason, "cancelled");
+  });
+});
+
+describe("cloud-only and the shadow", () => {
+  it("streams the target's output over Generate when told not to speculate", async () => {
+    const { c, transport } = await client();
+    const result = await c.generateCloud(PROMPT, { maxNewTokens: 11 });
+    assert.deepEqual(result.tokenIds, targetOutput(PROMPT, 11));
+    assert.equal(transport.generateCalls, 1);
+    assert.deepEqual(result.segments, [["cloud_only", 11]]);
+  });
+
+  it("runs the draft over the streamed tokens and tells the planner each one's chance", async () => {
+    const planner = new Planner("auto");
+    const seen: number[][] = [];
+    const observe = planner.observe.bind(planner);
+    planner.observe = (event) => {
+      if (event.kind === "shadowed") seen.push(event.chances);
+      observe(event);
+    };
+    const drafter = new OracleDrafter();
+    const committed = [...PROMPT];
+    const shadow = new Shadow(drafter, planner, committed, { lookup: false, sampling: null, lookupWeight: 1, topN: 0, coupledSeed: null }, () => 0);
+    const streamed = targetOutput(PROMPT, 20);
+    for (let i = 0; i < 20; i += 4) {
+      committed.push(...streamed.slice(i, i + 4));
+      shadow.observe(streamed.slice(i, i + 4), committed, 4096, null);
+    }
+    await shadow.finish(committed);
+    assert.deepEqual(seen.flat(), new Array(20).fill(1)); // a perfect draft: every token a hit
+    assert.deepEqual(drafter.tokens, committed); // the draft kept up: speculation resumes without a prefill
+    assert.ok(planner.state.acceptance.seen > 0);
   });
 });

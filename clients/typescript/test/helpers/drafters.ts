@@ -35,6 +35,17 @@ export class OracleDrafter implements Drafter {
     return ids.map((id) => `w${id} `).join("");
   }
 
+  /** The shadow's look: what it would have drafted at each streamed token (the target's token: a perfect draft). */
+  async observe(ids: readonly number[]): Promise<number[]> {
+    const guesses = ids.map((_, i) => target([...this.tokens, ...ids.slice(0, i)]));
+    this.tokens.push(...ids);
+    return guesses;
+  }
+
+  async observeChances(ids: readonly number[]): Promise<number[]> {
+    return (await this.observe(ids)).map((guess, i) => (guess === ids[i] ? 1 : 0));
+  }
+
   propose(k: number): Proposal {
     this.proposals += 1;
     const drafts: number[] = [];

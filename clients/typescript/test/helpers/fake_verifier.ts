@@ -34,6 +34,23 @@ export class FakeVerifier {
     });
   }
 
+  /** A Generate call's replies: the target's tokens after the prompt, `per` a message, within the budget. */
+  generate(promptIds: readonly number[], maxNewTokens: number, per = 3): Array<{ tokenIds: number[]; finished: boolean; finishReason: FinishReason }> {
+    const context = [...promptIds];
+    const replies = [];
+    while (context.length - promptIds.length < maxNewTokens) {
+      const tokens: number[] = [];
+      while (tokens.length < per && context.length - promptIds.length < maxNewTokens) {
+        const token = target(context);
+        context.push(token);
+        tokens.push(token);
+      }
+      const finished = context.length - promptIds.length >= maxNewTokens;
+      replies.push({ tokenIds: tokens, finished, finishReason: finished ? FinishReason.LENGTH : FinishReason.UNSPECIFIED });
+    }
+    return replies;
+  }
+
   /** Plays one Session stream: takes requests as they come, returns the replies to send (or throws the status to end with). */
   session(): (request: SessionRequest) => SessionResponse[] {
     this.streams += 1;

@@ -3,13 +3,16 @@
 import { Code, StatusError } from "../../src/errors.js";
 import { MessageQueue } from "../../src/transport/queue.js";
 import type { GenerateStream, SessionStream, Transport } from "../../src/transport/types.js";
-import type { GenerateRequest, InfoResponse, SessionRequest, SessionResponse } from "../../src/wire.js";
+import { create } from "@bufbuild/protobuf";
+import { GenerateResponseSchema } from "../../src/gen/edgespec/v1/speculative_pb.js";
+import type { GenerateRequest, GenerateResponse, InfoResponse, SessionRequest, SessionResponse } from "../../src/wire.js";
 import { DRAINING_MESSAGE } from "../../src/errors.js";
 import type { FakeVerifier, Script } from "./fake_verifier.js";
 
 export class MemoryTransport implements Transport {
   readonly kind = "memory";
   reconnects = 0;
+  generateCalls = 0;
 
   constructor(private readonly verifier: FakeVerifier, private readonly script: Script = {}) {}
 
@@ -45,8 +48,15 @@ export class MemoryTransport implements Transport {
     };
   }
 
-  generate(_request: GenerateRequest): GenerateStream {
-    throw new StatusError(Code.UNIMPLEMENTED, "no Generate here");
+  generate(request: GenerateRequest): GenerateStream {
+    this.generateCalls += 1;
+    const queue = new MessageQueue<GenerateResponse>();
+    const replies = this.verifier.generate(request.promptIds, request.maxNewTokens);
+    setTimeout(() => {
+      for (const reply of replies) queue.push(create(GenerateResponseSchema, reply));
+      queue.end(null);
+    }, 0);
+    return { next: (timeoutS: number) => queue.next(timeoutS), cancel: () => queue.end(new StatusError(Code.CANCELLED, "cancelled")) };
   }
 
   async info(): Promise<InfoResponse> {
