@@ -179,7 +179,8 @@ def instruction_sets(seed: int = 0, heldout: int = 48, tuning: int = 32, request
     rng = random.Random(seed)
     train = _interleave(chat_instructions("train"), code_instructions("train"), CHAT_SHARE, rng)
     if requests:
-        train = _interleave(chat_requests(requests, seed + 1), train, requests_share, rng)
+        # its own generator: the held-out and tuning sets below draw the same as without requests
+        train = _interleave(chat_requests(requests, seed + 1), train, requests_share, random.Random(seed + 1))
     chat = chat_instructions("heldout")
     rng.shuffle(chat)
     sets = {"train": train}
