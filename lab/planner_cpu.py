@@ -2,7 +2,7 @@
 
     .venv/bin/python lab/planner_cpu.py [--link loopback] [--prompts 6] [--max-new-tokens 128]
 
-On a near link every round asks the planner twice (``record_round``, then ``should_switch``)
+On a near link every round asks the planner twice (``observe``, then ``decide``)
 and a round is a few tens of milliseconds, so what the planner spends is a share of the
 request that always speculating does not pay. Serves the demo target (CPU) through the bench
 harness (HAProxy ingress, the link emulated), warms one client up with a short request, then

@@ -3,7 +3,7 @@ against a cloud-only request of the same text, over an emulated link.
 
 Per text, with the link's draws paired across the arms (``Harness.pair_draws``): a cloud-only
 request, and a k=auto request made to speculate until ``--at`` tokens and then stream (its
-planner's ``should_switch`` forced). Printed per text: the gap from the switch to the first
+planner's ``decide`` forced). Printed per text: the gap from the switch to the first
 streamed token against what the planner prices a switch at (``switch_cost_ms``: round trip +
 the replica's prefill), and the stream's rate after the switch against the cloud-only
 request's over the same tokens. lab/README.md says what it found.
