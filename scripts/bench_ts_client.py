@@ -84,7 +84,7 @@ def ms_per_token(runs: list[list[dict]]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--prompts", type=Path, default=ROOT / "prompts" / "heldout.jsonl")
     parser.add_argument("--count", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
