@@ -25,6 +25,7 @@ import { type Decision, type Path, Planner } from "./planner.js";
 import { type Block, ClientSession, type Outcome } from "./protocol.js";
 import { ReplicaMoved, Retries } from "./retries.js";
 import { Shadow } from "./shadow.js";
+import { LookupDraft } from "./model/index.js";
 import type { SessionStream, Transport } from "./transport/types.js";
 import { RequestStats, type RoundRecord, type ServerInfo } from "./types.js";
 import { GRPC_FRAME_HEADER, type SessionRequest, type SessionResponse, encodeSessionRequest, finishName } from "./wire.js";
@@ -40,6 +41,13 @@ export interface GenerationOptions {
   planner?: Planner;
   signal?: AbortSignal;
   clock?: Clock;
+}
+
+/** The lookup-only drafter (src/model's LookupDraft) over `drafter`, which lends it its manifest and tokenizer. */
+function lookupOnly(drafter: Drafter): Drafter {
+  if (!("manifest" in drafter)) throw new TypeError("lookup 'only' needs the ONNX draft (loadDraft): it lends its manifest and tokenizer");
+  const lookup = new LookupDraft(drafter as unknown as ConstructorParameters<typeof LookupDraft>[0]);
+  return Object.assign(lookup, { tokenizerFingerprint: drafter.tokenizerFingerprint, maxPositions: drafter.maxPositions }) as unknown as Drafter;
 }
 
 function sleep(seconds: number, signal?: AbortSignal): Promise<void> {
@@ -72,9 +80,13 @@ export class Generation {
   private movedAt: number | null = null;
   private active: { cancel(): void } | null = null;
 
-  constructor(private readonly transport: Transport, private readonly drafter: Drafter, promptIds: readonly number[],
+  private readonly drafter: Drafter;
+
+  constructor(private readonly transport: Transport, drafter: Drafter, promptIds: readonly number[],
               params: GenerationParams, private readonly info: ServerInfo, private readonly options: GenerationOptions) {
     this.params = params = servedMode(params, info.modes); // an older server: exact instead of coupled
+    if (params.lookup === "only") drafter = lookupOnly(drafter); // no draft model: every draft from the context
+    this.drafter = drafter;
     const stop = params.stopTokenIds ?? drafter.eosTokenIds;
     // The draft sees at most this many positions; past it the cloud finishes alone.
     const room = params.lookup === "only" ? info.maxContext : Math.min(info.maxContext, drafter.maxPositions);
