@@ -2,7 +2,8 @@
 //   /        examples/browser (index.html, dist/main.js: build it first with build.mjs)
 //   /ort/    onnxruntime-web's .wasm and glue
 //   /draft/  a draft directory (--draft, default models/demo/draft)
-// Usage: node examples/browser/serve.mjs [--port 8080] [--draft DIR]; prints "serving http://127.0.0.1:PORT/".
+//   /models/ with --models DIR, that directory (several drafts: the page's ?draft=/models/NAME/draft/)
+// Usage: node examples/browser/serve.mjs [--port 8080] [--draft DIR] [--models DIR]; prints "serving http://127.0.0.1:PORT/".
 import { createReadStream, statSync } from "node:fs";
 import { createServer } from "node:http";
 import { dirname, extname, join, normalize, resolve, sep } from "node:path";
@@ -14,6 +15,7 @@ const option = (name, fallback) => (args.includes(name) ? args[args.indexOf(name
 const roots = {
   "/ort/": resolve(here, "../../node_modules/onnxruntime-web/dist"),
   "/draft/": resolve(option("--draft", resolve(here, "../../../../models/demo/draft"))),
+  ...(args.includes("--models") ? { "/models/": resolve(option("--models")) } : {}),
   "/": here,
 };
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm", ".json": "application/json", ".jinja": "text/plain" };

@@ -40,8 +40,9 @@ export async function buildExample(): Promise<string> {
 }
 
 /** Serves the example (serve.mjs) on a free port; resolves with its base URL and the process. */
-export function serveExample(draft: string): Promise<{ url: string; server: ChildProcess }> {
-  const server = spawn(process.execPath, [join(EXAMPLE, "serve.mjs"), "--port", "0", "--draft", draft], { stdio: ["ignore", "pipe", "inherit"] });
+export function serveExample(draft: string, models?: string): Promise<{ url: string; server: ChildProcess }> {
+  const args = [join(EXAMPLE, "serve.mjs"), "--port", "0", "--draft", draft, ...(models ? ["--models", models] : [])];
+  const server = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"] });
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => reject(new Error("the example's server did not start within 30 s")), 30_000);
     server.stdout!.on("data", (chunk: Buffer) => {

@@ -90,7 +90,8 @@ def draft_reference(model_dir: Path) -> dict:
         results = []
         for op, arg in DRAFT_SCRIPT:
             results.append(_step(draft, len(ids), op, arg))
-        runs.append({"prompt_ids": ids, "results": results, "tokens": list(draft.tokens)})
+        teacher_forced = draft.logits_for_context(ids).argmax(-1).tolist()  # the argmax after each prompt position
+        runs.append({"prompt_ids": ids, "results": results, "tokens": list(draft.tokens), "teacher_forced": teacher_forced})
     return {"script": DRAFT_SCRIPT, "runs": runs, "eos_token_ids": draft.eos_token_ids}
 
 
