@@ -126,9 +126,11 @@ def test_replies_resume_and_refuse_other_settings_then_distillation_learns(chat_
     assert bool(((sums - 1).abs() < 1e-4).logical_or(sums == 0).all()) and float((sums > 0).float().mean()) > 0.5
     result = distill_on_replies(RepliesDistillConfig(draft=init, replies=config.out_dir, out=tmp_path / "distill", minutes=0,
                                                      tokens=3000, batch_sequences=2, lr=3e-3, warmup_tokens=10,
-                                                     validation_share=0.3, bf16=False))
+                                                     validation_share=0.3, bf16=False, eval_replies=config.out_dir))
     readouts = [json.loads(line) for line in (tmp_path / "distill" / "readouts.jsonl").read_text().splitlines()]
-    assert [r["phase"] for r in readouts] == ["start", "end"] and result["tokens"] >= 3000
+    assert [r["phase"] for r in readouts] == ["start", "curve", "curve", "end"] and result["tokens"] >= 3000
+    curve = json.loads((tmp_path / "distill" / "curve.json").read_text())  # the start and each checkpoint
+    assert [p["step"] for p in curve] == [0, result["step"]] and curve[-1]["agreement"] > curve[0]["agreement"]
     assert (Path(result["final"]) / "draft_vocab.json").is_file()
     with torch.no_grad():  # the distillation loss on the corpus fell
         before = distillation_loss(AutoModelForCausalLM.from_pretrained(init), examples, bf16=False)[0]
