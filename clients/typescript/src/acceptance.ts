@@ -22,11 +22,12 @@ export class Acceptance {
     this.addCounts(new Array(reached).fill(1), new Array(accepted).fill(1));
   }
 
-  /** A round's per-position counts (fractional for a replayed one). */
-  addCounts(reached: number[], accepted: number[]): void {
+  /** Per-position counts of `rounds` rounds (fractional for replayed ones): what was there before weighs decay ** rounds. */
+  addCounts(reached: number[], accepted: number[], rounds = 1): void {
     this.seen += reached.reduce((a, b) => a + b, 0);
+    const decay = this.decay ** rounds;
     const size = Math.max(reached.length, this.reached.length);
-    const grow = (xs: number[]) => [...xs.map((x) => this.decay * x), ...new Array(Math.max(0, size - xs.length)).fill(0)];
+    const grow = (xs: number[]) => [...xs.map((x) => decay * x), ...new Array(Math.max(0, size - xs.length)).fill(0)];
     this.reached = grow(this.reached);
     this.accepted = grow(this.accepted);
     reached.forEach((r, i) => {
@@ -75,60 +76,49 @@ export class Acceptance {
 }
 
 /**
- * Rounds of `k` drafts replayed over streamed tokens the device did not draft, from each token's
- * chance that a draft there would have been accepted (greedy: 1 or 0).
+ * Rounds of `k` drafts replayed over streamed tokens, from each token's chance that a draft there
+ * would have been accepted. The state is the chance of each block position (and of the bonus) at
+ * the next token: a chance of 0.6 sends 0.6 of the block on and ends 0.4 of it; with chances of 0
+ * and 1 this is the exact replay of greedy rounds.
  */
 export class Replay {
   readonly k: number;
   private mass: number[] = [];
   private bonus = 0;
-  private reached: number[] = [];
-  private accepted: number[] = [];
-  private ended = 0;
 
   constructor(k: number) {
     this.k = Math.max(1, Math.floor(k));
     this.restart();
   }
 
-  /** A gap in the stream: the next token starts a fresh block. Returns the round in progress, if any. */
-  restart(): Array<[number[], number[]]> {
-    const pending: Array<[number[], number[]]> = this.reached.reduce((a, b) => a + b, 0) > 0 ? [[this.reached, this.accepted]] : [];
+  /** A gap in the stream (the shadow rested): the next token starts a fresh block. */
+  restart(): void {
     this.mass = [1, ...new Array(this.k - 1).fill(0)];
     this.bonus = 0;
-    this.reached = new Array(this.k).fill(0);
-    this.accepted = new Array(this.k).fill(0);
-    this.ended = 0;
-    return pending;
   }
 
-  /** Advances over the tokens; returns each full round's (reached, accepted) counts. */
-  feed(chances: number[]): Array<[number[], number[]]> {
-    const out: Array<[number[], number[]]> = [];
+  /** Advances over the tokens; returns their per-position [reached, accepted] counts and the rounds they ended. */
+  feed(chances: number[]): [number[], number[], number] {
+    const reached = new Array<number>(this.k).fill(0);
+    const accepted = new Array<number>(this.k).fill(0);
+    let ended = 0;
     for (const chance of chances) {
       const p = Math.min(Math.max(chance, 0), 1);
-      const next = new Array(this.k).fill(0);
+      const next = new Array<number>(this.k).fill(0);
       next[0] = this.bonus; // a bonus token ends its round, no draft of its own
-      let ended = this.bonus;
+      ended += this.bonus;
       let bonus = 0;
       this.mass.forEach((m, i) => {
-        this.reached[i]! += m;
-        this.accepted[i]! += m * p;
-        next[0] += m * (1 - p); // rejected: the streamed token was the round's correction
+        reached[i]! += m;
+        accepted[i]! += m * p;
+        next[0]! += m * (1 - p); // rejected: the streamed token was the round's correction
         ended += m * (1 - p);
-        if (i + 1 < this.k) next[i + 1] += m * p;
+        if (i + 1 < this.k) next[i + 1]! += m * p;
         else bonus += m * p;
       });
       this.mass = next;
       this.bonus = bonus;
-      this.ended += ended;
-      if (this.ended >= 1) {
-        out.push([this.reached, this.accepted]);
-        this.reached = new Array(this.k).fill(0);
-        this.accepted = new Array(this.k).fill(0);
-        this.ended = 0;
-      }
     }
-    return out;
+    return [reached, accepted, ended];
   }
 }

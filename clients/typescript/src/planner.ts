@@ -29,7 +29,7 @@ export interface PlannerConfig {
   shrink: number;
   acceptanceDecay: number;
   newTextWeight: number;
-  memory: number;
+  window: number;
   minRounds: number;
   minStreamTokens: number;
   enterDrafts: number;
@@ -41,24 +41,26 @@ export interface PlannerConfig {
 }
 
 export const DEFAULT_PLANNER_CONFIG: Readonly<PlannerConfig> = Object.freeze({
-  margin: 0.05, maxDepth: 4, priorAcceptance: 0.7, shrink: 2, acceptanceDecay: 0.97, newTextWeight: 0.5, memory: 0.8,
-  minRounds: 2, minStreamTokens: 8, enterDrafts: 16, exploreLoss: 0.1, shadowShare: 0.03, shadowLook: 16,
+  margin: 0.1, maxDepth: 4, priorAcceptance: 0.7, shrink: 1, acceptanceDecay: 0.97, newTextWeight: 0.2, window: 5,
+  minRounds: 2, minStreamTokens: 8, enterDrafts: 12, exploreLoss: 0.1, shadowShare: 0.03, shadowLook: 16,
   biasLimit: 1.5, prefillForwards: 4,
 });
 
 /** A frozen, validated config (errors name the field). */
 export function plannerConfig(changes: Partial<PlannerConfig> = {}): Readonly<PlannerConfig> {
   const c = { ...DEFAULT_PLANNER_CONFIG, ...changes };
-  for (const name of ["margin", "priorAcceptance", "acceptanceDecay", "newTextWeight", "memory", "exploreLoss", "shadowShare"] as const) {
-    if (!(c[name] >= 0 && c[name] < 1) || (name !== "margin" && c[name] === 0)) throw new RangeError(`PlannerConfig.${name} must be in (0, 1), got ${c[name]}`);
+  const ranges: Record<string, (v: number) => boolean> = {
+    "(0, 1)": (v) => v > 0 && v < 1, "[0, 1)": (v) => v >= 0 && v < 1, ">= 1": (v) => v >= 1, ">= 0": (v) => v >= 0,
+  };
+  const rules: Array<[keyof PlannerConfig, string]> = [
+    ["margin", "[0, 1)"], ["priorAcceptance", "(0, 1)"], ["acceptanceDecay", "(0, 1)"], ["newTextWeight", "(0, 1)"],
+    ["exploreLoss", "(0, 1)"], ["shadowShare", "(0, 1)"], ["maxDepth", ">= 1"], ["window", ">= 1"], ["minRounds", ">= 1"],
+    ["biasLimit", ">= 1"], ["minStreamTokens", ">= 1"], ["shadowLook", ">= 1"], ["shrink", ">= 0"], ["enterDrafts", ">= 0"],
+    ["prefillForwards", ">= 0"],
+  ];
+  for (const [name, allowed] of rules) {
+    if (!ranges[allowed]!(c[name])) throw new RangeError(`PlannerConfig.${name} must be ${allowed}, got ${c[name]}`);
   }
-  for (const name of ["maxDepth", "minRounds", "minStreamTokens", "shadowLook"] as const) {
-    if (!(c[name] >= 1)) throw new RangeError(`PlannerConfig.${name} must be >= 1, got ${c[name]}`);
-  }
-  for (const name of ["shrink", "enterDrafts", "prefillForwards"] as const) {
-    if (!(c[name] >= 0)) throw new RangeError(`PlannerConfig.${name} must be >= 0, got ${c[name]}`);
-  }
-  if (!(c.biasLimit >= 1)) throw new RangeError(`PlannerConfig.biasLimit must be >= 1, got ${c.biasLimit}`);
   return Object.freeze(c);
 }
 
@@ -87,10 +89,6 @@ export class Line {
     this.sums = this.sums.map((s, i) => this.decay * s + values[i]!);
   }
 
-  meanX(): number {
-    return this.sums[0]! > 1e-9 ? this.sums[1]! / this.sums[0]! : 1;
-  }
-
   at(x: number): number | null {
     const [w, wx, wxx, wy, wxy] = this.sums as [number, number, number, number, number];
     if (w < 1e-9) return null;
@@ -102,19 +100,30 @@ export class Line {
   }
 }
 
-function ewma(old: number | null, value: number, memory: number): number {
-  return old === null ? value : memory * old + (1 - memory) * value;
+/** The median of the last `size` samples; null before any. */
+export class Median {
+  samples: number[] = [];
+  value: number | null = null;
+
+  constructor(readonly size: number) {}
+
+  add(x: number): void {
+    this.samples = [...this.samples, x].slice(-this.size);
+    const sorted = [...this.samples].sort((a, b) => a - b);
+    const mid = sorted.length >> 1;
+    this.value = sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  }
 }
 
 export class State {
-  rtt: number | null = null;
+  rtt: Median;
   forward: Line;
   device: Line;
   stream: number | null = null;
   replicaStream: number | null = null;
-  prefill: number | null = null;
-  bias = 1;
-  shadowMs: number | null = null;
+  prefill: Median;
+  bias: Median;
+  shadow: Median;
   acceptance: Acceptance;
   replay = new Replay(16);
   maxK = 16;
@@ -125,14 +134,14 @@ export class State {
   segmentProbes = 0;
 
   constructor(config: PlannerConfig) {
-    this.forward = new Line(config.memory);
-    this.device = new Line(config.memory);
+    this.forward = new Line(1 - 1 / config.window);
+    this.device = new Line(1 - 1 / config.window);
+    this.rtt = new Median(config.window);
+    this.prefill = new Median(config.window);
+    this.bias = new Median(config.window);
+    this.shadow = new Median(config.window);
     this.acceptance = new Acceptance(config.acceptanceDecay, config.shrink, config.priorAcceptance);
   }
-}
-
-function replayed(s: State, rounds: Array<[number[], number[]]>): void {
-  for (const [reached, accepted] of rounds) s.acceptance.addCounts(reached, accepted);
 }
 
 /** Folds one event into the state. */
@@ -143,17 +152,20 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
       s.k = event.k;
       s.sendAhead = event.sendAhead;
       if (s.replay.k !== s.maxK) s.replay = new Replay(s.maxK);
-      replayed(s, s.replay.restart());
+      s.replay.restart();
       s.acceptance.forget(config.newTextWeight);
       break;
     case "segment":
       s.segmentRounds = s.segmentTokens = s.segmentProbes = 0;
       break;
     case "info":
-      if (event.forwardMs > 0) s.forward.add(s.forward.meanX(), event.forwardMs); // (at no known k: the level)
+      if (event.forwardMs > 0) {
+        const [w, wx] = s.forward.sums as [number, number]; // (at no known k: at the mean k, a sample moves the level)
+        s.forward.add(w > 1e-9 ? wx / w : 1, event.forwardMs);
+      }
       if (event.streamMs > 0 || event.decodeMs > 0) s.replicaStream = Math.max(event.streamMs, event.decodeMs);
       if (event.rttMs !== null) {
-        s.rtt = ewma(s.rtt, event.rttMs, config.memory);
+        s.rtt.add(event.rttMs);
         s.segmentProbes += 1;
       }
       break;
@@ -162,7 +174,7 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
       break;
     case "first_token": {
       const step = s.replicaStream ?? s.forward.at(1);
-      if (s.rtt !== null && step !== null) s.prefill = ewma(s.prefill, Math.max(event.ms - s.rtt - step, 0), config.memory);
+      if (s.rtt.value !== null && step !== null) s.prefill.add(Math.max(event.ms - s.rtt.value - step, 0));
       break;
     }
     case "streamed":
@@ -170,9 +182,9 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
       if (event.tokens > 0) s.stream = event.ms / event.tokens;
       break;
     case "shadowed":
-      if (event.afterGap) replayed(s, s.replay.restart());
-      replayed(s, s.replay.feed(event.chances));
-      if (event.draftMs !== null && event.chances.length > 0) s.shadowMs = ewma(s.shadowMs, event.draftMs / event.chances.length, config.memory);
+      if (event.afterGap) s.replay.restart();
+      s.acceptance.addCounts(...s.replay.feed(event.chances));
+      if (event.draftMs !== null && event.chances.length > 0) s.shadow.add(event.draftMs / event.chances.length);
       break;
   }
 }
@@ -182,22 +194,21 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
  * trip and a forward is what a switch pays; its times price no round.
  */
 function observeRound(s: State, config: PlannerConfig, r: Extract<Event, { kind: "round" }>): void {
-  s.acceptance.add(Math.min(Math.max(r.tokens - 1, 0), r.k), r.k);
+  s.acceptance.add(Math.min(Math.max(r.tokens - 1, 0), r.k), r.k); // (a tree's accepted leaves count as its chain's)
   s.segmentRounds += 1;
   if (s.segmentRounds === 1) {
-    if (r.waitMs !== null && s.rtt !== null) s.prefill = ewma(s.prefill, Math.max(r.waitMs - s.rtt - r.forwardMs, 0), config.memory);
+    if (r.waitMs !== null && s.rtt.value !== null) s.prefill.add(Math.max(r.waitMs - s.rtt.value - r.forwardMs, 0));
     return;
   }
-  const predicted = roundMs(s, config, r.k, r.waitMs === null); // (before this round's times move it)
   if (r.forwardMs > 0) s.forward.add(r.k, r.forwardMs);
   if (r.waitMs !== null) {
-    s.rtt = ewma(s.rtt, Math.max(r.waitMs - r.forwardMs, 0), config.memory);
+    s.rtt.add(Math.max(r.waitMs - r.forwardMs, 0));
     s.device.add(r.k, Math.max(r.wallMs - r.waitMs, 0));
   }
-  if (predicted) {
-    // Like with like: a held round against a held one's price, a fresh one against a fresh one.
-    const ratio = Math.min(Math.max(r.wallMs / predicted, 1 / config.biasLimit), config.biasLimit);
-    s.bias = ewma(s.bias, ratio, config.memory);
+  const c = costs(s, config, r.k); // the model's error once its parts are measured, like with like
+  if (c !== null && c[0] > 0) {
+    const predicted = r.waitMs === null ? c[1] : c[0]; // (a held round against a held one's price)
+    s.bias.add(Math.min(Math.max(r.wallMs / predicted, 1 / config.biasLimit), config.biasLimit));
   }
 }
 
@@ -214,59 +225,59 @@ export interface Decision {
   reason: string;
 }
 
-/** (fresh, held) rounds of k drafts; null until the round trip and the forward are known. */
-function costs(s: State, config: PlannerConfig, k: number): [number, number] | null {
+/**
+ * A round of k drafts: [fresh, held, device, depth], depth the blocks that cover a round trip (no
+ * more travel in one); null until the round trip and the forward are known.
+ */
+function costs(s: State, config: PlannerConfig, k: number): [number, number, number, number] | null {
   const forward = s.forward.at(k);
-  if (s.rtt === null || forward === null) return null;
+  const rtt = s.rtt.value;
+  if (rtt === null || forward === null) return null;
   const device = s.device.at(k) ?? 0; // (until a round measured it: the round trip dominates a first guess)
-  const fresh = s.rtt + forward + device;
-  const depth = depthFor(s, config, forward + device);
-  return [fresh, depth > 1 ? Math.max(forward + device, fresh / depth) : fresh];
-}
-
-function depthFor(s: State, config: PlannerConfig, perBlock: number): number {
-  if (s.sendAhead !== "auto") return Math.max(1, Math.floor(s.sendAhead));
-  return Math.max(2, Math.min(config.maxDepth, 1 + Math.ceil((s.rtt ?? 0) / Math.max(perBlock, 1))));
-}
-
-function roundMs(s: State, config: PlannerConfig, k: number, held: boolean): number | null {
-  const c = costs(s, config, k);
-  return c === null ? null : held ? c[1] : c[0];
+  const fresh = rtt + forward + device;
+  const perBlock = forward + device;
+  const depth = s.sendAhead !== "auto"
+    ? Math.max(1, Math.floor(s.sendAhead))
+    : Math.max(2, Math.min(config.maxDepth, 1 + Math.ceil(rtt / Math.max(perBlock, 1))));
+  return [fresh, depth > 1 ? Math.max(perBlock, fresh / depth) : fresh, device, depth];
 }
 
 /** [best k, speculation's ms per token there with the bias, blocks in flight]. */
 export function forecast(s: State, config: PlannerConfig): [number, number | null, number] {
   const [tokens, holds] = s.acceptance.tokensAndHolds(s.maxK);
-  let best: [number, number, number] | null = null;
+  let best: [number, number, number] = [Infinity, s.maxK, s.sendAhead === "auto" ? 1 : Math.floor(s.sendAhead)];
   for (let k = 1; k <= s.maxK; k++) {
     const c = costs(s, config, k);
-    if (c === null) return [s.maxK, null, 1];
-    const [fresh, held] = c;
-    const device = s.device.at(k) ?? 0;
-    const ahead = s.sendAhead !== 1 && held < fresh && (s.sendAhead !== "auto" || holds[k]! * (fresh - held) >= device);
-    const round = ahead ? holds[k]! * held + (1 - holds[k]!) * fresh : fresh;
-    const rate = round / tokens[k]!;
-    if (best === null || rate < best[0]) {
-      const forward = s.forward.at(k) ?? 0;
-      best = [rate, k, ahead ? depthFor(s, config, forward + device) : 1];
-    }
+    if (c === null) return [best[1], null, best[2]];
+    const [fresh, held, device, depth] = c;
+    // A block goes ahead where what it saves when it holds pays for drafting it.
+    const ahead = depth > 1 && (s.sendAhead !== "auto" || holds[k]! * (fresh - held) >= device);
+    const rate = (ahead ? holds[k]! * held + (1 - holds[k]!) * fresh : fresh) / tokens[k]!;
+    if (rate < best[0]) best = [rate, k, ahead ? depth : 1];
   }
-  return [best![1], best![0] * s.bias, best![2]];
+  const bias = s.bias.samples.length > Math.floor(config.window / 2) ? s.bias.value : null; // (one round is no error yet)
+  return [best[1], best[0] * (bias || 1), best[2]];
 }
 
 function shadowShare(s: State, config: PlannerConfig, stream: number): number {
-  return !s.shadowMs ? 1 : Math.min(1, (config.shadowShare * stream) / s.shadowMs);
+  const shadow = s.shadow.value;
+  return !shadow ? 1 : Math.min(1, (config.shadowShare * stream) / shadow);
 }
 
 /** The stream's ms per token (measured, else the replica's, else a forward), plus the shadow's share. */
 export function cloudMs(s: State, config: PlannerConfig): number | null {
   const stream = s.stream || s.replicaStream || s.forward.at(1);
   if (!stream) return null;
-  return stream + shadowShare(s, config, stream) * (s.shadowMs ?? 0);
+  return stream + shadowShare(s, config, stream) * (s.shadow.value ?? 0);
 }
 
-/** Whether the shadow runs over the stream's token at `position`. */
+/**
+ * Whether the shadow runs over the stream's token at `position`: every one while that costs under
+ * shadowShare of the stream, else the last shadowLook of each period that keeps the share. The
+ * first look opens the stream, and while the draft is little known every token is worth watching.
+ */
 export function shadowWanted(s: State, config: PlannerConfig, position: number): boolean {
+  if (position < config.shadowLook || s.acceptance.seen < config.enterDrafts) return true;
   const stream = s.stream || s.replicaStream;
   const share = !stream ? 1 : shadowShare(s, config, stream);
   const period = Math.ceil(config.shadowLook / share);
@@ -275,8 +286,8 @@ export function shadowWanted(s: State, config: PlannerConfig, position: number):
 
 /** A switch: the round trip that opens the other path and the replica's prefill. */
 export function switchCostMs(s: State, config: PlannerConfig): number {
-  const prefill = s.prefill ?? config.prefillForwards * (s.forward.at(1) ?? 0);
-  return (s.rtt ?? 0) + prefill;
+  const prefill = s.prefill.value ?? config.prefillForwards * (s.forward.at(1) ?? 0);
+  return (s.rtt.value ?? 0) + prefill;
 }
 
 /** The path for the tokens still to come (`current` null: a request's start), the next k and depth; pure. */
@@ -292,7 +303,7 @@ function choosePath(s: State, config: PlannerConfig, mode: PlannerMode, current:
                     spec: number | null, cloud: number | null): [Path, string] {
   if (mode !== "auto") return [mode, mode];
   if (current === null) return start(s, config, remaining, spec, cloud);
-  if (spec === null || cloud === null) return [current, "nothing to compare"];
+  if (spec === null || cloud === null) return [current, ""];
   const switchMs = 2 * switchCostMs(s, config);
   if (current === "speculative") {
     if (s.segmentRounds >= config.minRounds && cloud * (1 + config.margin) < spec && remaining * (spec - cloud) > switchMs) {
@@ -310,14 +321,15 @@ function choosePath(s: State, config: PlannerConfig, mode: PlannerMode, current:
 function start(s: State, config: PlannerConfig, budget: number, spec: number | null, cloud: number | null): [Path, string] {
   if (spec === null || cloud === null) return ["speculative", "nothing measured: speculate, and learn"];
   if (s.acceptance.seen < config.enterDrafts) {
-    // A hopeless draft would cost its second round (the first rides with the Open) and a switch.
-    const fresh = roundMs(s, config, s.maxK, false) ?? 0;
-    if (Math.max(fresh - cloud, 0) + switchCostMs(s, config) > config.exploreLoss * budget * cloud) {
+    // A hopeless draft costs up to three rounds of a token each (the first rides with the Open;
+    // it shows by the third), and a switch.
+    const fresh = costs(s, config, s.maxK)?.[0] ?? 0;
+    if (3 * Math.max(fresh - cloud, 0) + switchCostMs(s, config) > config.exploreLoss * budget * cloud) {
       return ["cloud_only", "the shadow judges the draft: a wrong guess costs too much here"];
     }
     return ["speculative", "exploring the draft"];
   }
-  if ((s.rtt ?? 0) + budget * spec <= budget * cloud) return ["speculative", "predicted"]; // (one more round trip to start)
+  if ((s.rtt.value ?? 0) + budget * spec <= budget * cloud) return ["speculative", "predicted"]; // (one more round trip to start)
   return ["cloud_only", "cloud-only predicted faster"];
 }
 
