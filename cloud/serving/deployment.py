@@ -103,6 +103,11 @@ def _checked(message, what: str):
     return message
 
 
+async def _one(message):
+    """A unary call's request as a request stream (``generate`` reads its first message)."""
+    yield message
+
+
 def _returning_session(item: VerifyItem) -> int | None:
     """The scheduler's name for an item's session: its state's id (forgotten at release); None
     for a Generate step, whose next step follows at once: never tracked, always waited for."""
@@ -341,10 +346,24 @@ class VerifierDeployment:
     # ---- cloud-only generation (the baseline) --------------------------------------------
 
     async def Generate(self, request: pb.GenerateRequest, grpc_context=None):
+        """Generate over gRPC: ``generate``'s refusal becomes the stream's status."""
+        try:
+            async for reply in self.generate(_one(request), lambda: self._authenticate(grpc_context)):
+                yield reply
+        except ServerError as exc:
+            raise self._fail(grpc_context, exc.code, exc.details) from None
+
+    async def generate(self, requests: AsyncIterator, authenticate: Callable[[], ApiKey | None]):
+        """Cloud-only generation, whatever carries it: the first of ``requests`` (a GenerateRequest,
+        or its ``Malformed``; within the first-message deadline) is answered a token a message.
+        Refusals leave as ServerErrors, as ``session``'s do."""
         session: SessionState | None = None
         key, released, steps = None, False, None
         try:
-            key = self._authenticate(grpc_context)
+            key = authenticate()
+            request = await self._next_message(requests, first=True, key=key, expecting="GenerateRequest")
+            if request is None:
+                raise invalid("no GenerateRequest: send one, then read the tokens")
             request = _checked(request, "GenerateRequest")
             session = await self._admit(codec.generate_from_proto(request), key, generate=True)
             steps = self._decode_steps(session)
@@ -367,7 +386,7 @@ class VerifierDeployment:
         except Exception as exc:
             if _client_gone(exc):
                 raise
-            raise self._status(grpc_context, exc, "generate", key) from None
+            raise self._refusal(exc, "generate", key) from None
         finally:
             if steps is not None:
                 await steps.aclose()
@@ -408,10 +427,10 @@ class VerifierDeployment:
 
     def __serve_build_asgi_app__(self):
         """The replica's HTTP routes behind Serve's HTTP ingress (``app.py`` makes the deployment an
-        ASGI ingress): the Session over WebSocket and Info, through the same code as over gRPC."""
+        ASGI ingress): Session and Generate over WebSocket and Info, through the same code as over gRPC."""
         from edgespec.cloud.serving.websocket import build_asgi_app
 
-        return build_asgi_app(session=self.session, info=self.info, authenticate=self._authenticate,
+        return build_asgi_app(session=self.session, generate=self.generate, info=self.info, authenticate=self._authenticate,
                               allowed_origins=self.config.allowed_origins)
 
     async def Check(self, request, grpc_context=None) -> health_pb2.HealthCheckResponse:

@@ -6,14 +6,16 @@ HTTP ingress (the deployment is a Serve ASGI ingress as well as the gRPC service
 A connection is one ASGI call on one replica for its whole life, as a gRPC stream is, so the
 replica's KV cache stays valid without sticky routing.
 
-    ws(s)://HOST:HTTP_PORT/<route prefix>/v1/session   one session; subprotocol edgespec.v1
-    GET /v1/info                                       InfoResponse, binary protobuf
+    ws(s)://HOST:HTTP_PORT/<route prefix>/v1/session    one session; subprotocol edgespec.v1
+    ws(s)://HOST:HTTP_PORT/<route prefix>/v1/generate   one cloud-only Generate call
+    GET /v1/info                                        InfoResponse, binary protobuf
 
-Everything after the handshake is the gRPC path's own code: ``VerifierDeployment.session`` reads
-the frames as its request stream (one frame = one SessionRequest, parsed by the same lenient,
-size-capped deserializer), with the same keys, deadlines and refusals. A refusal closes the
-connection with code 4000 + its gRPC status code and the status details as the reason; a normal
-end (Closed sent, or the client's own close) closes with 1000.
+Everything after the handshake is the gRPC path's own code: ``VerifierDeployment.session`` (or
+``generate``) reads the frames as its request stream (one frame = one SessionRequest, or the one
+GenerateRequest, parsed by the same lenient, size-capped deserializer), with the same keys,
+deadlines and refusals, and each reply is one frame. A refusal closes the connection with code
+4000 + its gRPC status code and the status details as the reason; a normal end (Closed sent, the
+last token sent, or the client's own close) closes with 1000.
 
 Credentials: ``Sec-WebSocket-Protocol: edgespec.v1, edgespec.auth.<key or token>`` (all a
 browser can set on a WebSocket), or ``authorization: Bearer <...>`` / ``x-api-key`` headers.
@@ -35,6 +37,7 @@ from edgespec.edge.errors import ServerError, status_error
 from edgespec.v1 import speculative_pb2 as pb
 
 SESSION_PATH = "/v1/session"
+GENERATE_PATH = "/v1/generate"
 INFO_PATH = "/v1/info"
 SUBPROTOCOL = "edgespec.v1"
 AUTH_SUBPROTOCOL = "edgespec.auth."  # followed by the key or token
@@ -102,31 +105,33 @@ class Caller:
         return list(self.scope.get("subprotocols") or ())
 
 
-async def requests_of(websocket) -> AsyncIterator[pb.SessionRequest | Malformed]:
-    """The connection's frames as the session's request stream: each binary frame parsed as one
-    SessionRequest (``Malformed`` when it is not one, or over the cap); a text frame is Malformed."""
-    parse = lenient(pb.SessionRequest)
+async def requests_of(websocket, message_class=pb.SessionRequest) -> AsyncIterator[Any]:
+    """The connection's frames as a request stream: each binary frame parsed as one message
+    (``Malformed`` when it is not one, or over the cap); a text frame is Malformed."""
+    parse, name = lenient(message_class), message_class.DESCRIPTOR.name
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
             return
         data = message.get("bytes")
         if data is None:
-            yield Malformed(pb.SessionRequest.DESCRIPTOR.full_name, "a text frame; send each SessionRequest as one binary frame")
+            yield Malformed(message_class.DESCRIPTOR.full_name, f"a text frame; send each {name} as one binary frame")
         else:
             yield parse(data)
 
 
-async def serve_session(websocket, session: Callable[..., AsyncGenerator[pb.SessionResponse, None]], authenticate: Authenticate,
-                        allowed_origins: Sequence[str]) -> None:
-    """One WebSocket connection: the handshake, then ``session`` (the deployment's) over its frames."""
+Stream = Callable[..., AsyncGenerator[Any, None]]  # the deployment's session or generate: (requests, authenticate)
+
+
+async def serve_stream(websocket, stream: Stream, message_class, authenticate: Authenticate, allowed_origins: Sequence[str]) -> None:
+    """One WebSocket connection: the handshake, then ``stream`` (the deployment's) over its frames."""
     caller = Caller(websocket.scope)
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in caller.subprotocols else None)
     replies = None
     try:
         if not origin_allowed(caller.origin, allowed_origins):
             raise foreign_origin(str(caller.origin))
-        replies = session(requests_of(websocket), lambda: authenticate(caller))
+        replies = stream(requests_of(websocket, message_class), lambda: authenticate(caller))
         async for reply in replies:
             await websocket.send_bytes(reply.SerializeToString())
     except ServerError as exc:
@@ -156,7 +161,8 @@ async def serve_info(request, info: Callable[[Any], pb.InfoResponse], authentica
     from starlette.responses import PlainTextResponse, Response
 
     caller = Caller(request.scope)
-    cors = {"access-control-allow-origin": caller.origin, "vary": "Origin"} if caller.origin else {}
+    cors = {"access-control-allow-origin": caller.origin, "access-control-expose-headers": "grpc-status",
+            "vary": "Origin"} if caller.origin else {}
     try:
         if not origin_allowed(caller.origin, allowed_origins):
             cors = {}
@@ -172,17 +178,20 @@ async def serve_info(request, info: Callable[[Any], pb.InfoResponse], authentica
     return Response(info(key).SerializeToString(), media_type=PROTOBUF, headers=cors)
 
 
-def build_asgi_app(*, session: Callable[..., AsyncGenerator[pb.SessionResponse, None]], info: Callable[[Any], pb.InfoResponse],
-                   authenticate: Authenticate, allowed_origins: Sequence[str]):
-    """The replica's HTTP routes (Serve's ASGI ingress): the session socket and Info."""
+def build_asgi_app(*, session: Stream, generate: Stream, info: Callable[[Any], pb.InfoResponse], authenticate: Authenticate,
+                   allowed_origins: Sequence[str]):
+    """The replica's HTTP routes (Serve's ASGI ingress): the session and generate sockets, and Info."""
     from starlette.applications import Starlette
     from starlette.routing import Route, WebSocketRoute
 
     async def session_route(websocket) -> None:
-        await serve_session(websocket, session, authenticate, allowed_origins)
+        await serve_stream(websocket, session, pb.SessionRequest, authenticate, allowed_origins)
+
+    async def generate_route(websocket) -> None:
+        await serve_stream(websocket, generate, pb.GenerateRequest, authenticate, allowed_origins)
 
     async def info_route(request):
         return await serve_info(request, info, authenticate, allowed_origins)
 
-    return Starlette(routes=[WebSocketRoute(SESSION_PATH, session_route),
+    return Starlette(routes=[WebSocketRoute(SESSION_PATH, session_route), WebSocketRoute(GENERATE_PATH, generate_route),
                              Route(INFO_PATH, info_route, methods=["GET", "OPTIONS"])])

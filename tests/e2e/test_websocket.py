@@ -120,6 +120,20 @@ def test_greedy_over_websocket_equals_the_grpc_path(server, info, healthy):
                 assert greedy_over_websocket(ws, info, ids, expected) == expected
 
 
+def test_cloud_only_over_websocket_equals_the_grpc_path(server, info):
+    with EdgeClient(server.address, DEMO.draft_dir, api_key=GOOD) as client:
+        ids = client.encode(PROMPTS[5])
+        expected = client.generate_cloud(ids, max_new_tokens=NEW_TOKENS, stop_token_ids=()).token_ids
+    with socket_to(server, url=url(server, "/v1/generate")) as ws:
+        ws.send(pb.GenerateRequest(prompt_ids=ids, max_new_tokens=NEW_TOKENS).SerializeToString())
+        got: list[int] = []
+        while not (message := pb.GenerateResponse.FromString(ws.recv(timeout=60))).finished:
+            got += message.token_ids
+        got += message.token_ids
+        assert closed_with(ws)[0] == 1000
+    assert got == expected
+
+
 def test_a_token_stands_for_its_key_on_both_transports(server, info):
     token = mint_token("good", digest(GOOD), 60)
     with EdgeClient(server.address, DEMO.draft_dir, api_key=token) as client:
@@ -175,6 +189,11 @@ def test_a_foreign_origin_is_closed(server, healthy):
 def test_no_open_within_the_deadline(server, healthy):
     with socket_to(server) as ws:
         expect_close(ws, grpc.StatusCode.DEADLINE_EXCEEDED, "no Open within", timeout=FIRST_MESSAGE_S + FAST_S)
+
+
+def test_no_generate_request_within_the_deadline(server, healthy):
+    with socket_to(server, url=url(server, "/v1/generate")) as ws:
+        expect_close(ws, grpc.StatusCode.DEADLINE_EXCEEDED, "no GenerateRequest within", timeout=FIRST_MESSAGE_S + FAST_S)
 
 
 def test_an_idle_session_is_closed(server, info, healthy):
