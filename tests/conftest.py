@@ -54,6 +54,7 @@ LONGEST_FIRST = (
     "e2e/test_restart.py",
     "cloud/training/test_export_families.py",
     "e2e/test_hostile.py",
+    "e2e/test_websocket.py",
     "e2e/test_scale_override.py",
     "e2e/test_bad_input.py",
     "e2e/test_bench_overhead.py",
