@@ -180,8 +180,9 @@ export class Generation {
   // ---- speculation over one Session stream -----------------------------------------------
 
   private send(stream: SessionStream, message: SessionRequest): void {
-    this.stats.bytesSent += encodeSessionRequest(message).byteLength + GRPC_FRAME_HEADER;
-    stream.send(message);
+    const frame = encodeSessionRequest(message);
+    this.stats.bytesSent += frame.byteLength + GRPC_FRAME_HEADER;
+    stream.send(frame);
   }
 
   private async receive<K extends "opened" | "verdict">(stream: SessionStream, kind: K) {

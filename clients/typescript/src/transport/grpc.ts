@@ -7,9 +7,8 @@
 import * as grpc from "@grpc/grpc-js";
 import { Code, StatusError } from "../errors.js";
 import {
-  type GenerateRequest, type GenerateResponse, type InfoResponse, type SessionRequest, type SessionResponse,
+  type GenerateRequest, type GenerateResponse, type InfoResponse, type SessionResponse,
   decodeGenerateResponse, decodeInfoResponse, decodeSessionResponse, encodeGenerateRequest, encodeInfoRequest,
-  encodeSessionRequest,
 } from "../wire.js";
 import { MessageQueue } from "./queue.js";
 import type { ConnectOptions, GenerateStream, SessionStream, Transport } from "./types.js";
@@ -33,7 +32,7 @@ function statusOf(error: Partial<grpc.ServiceError>): StatusError {
 class GrpcSessionStream implements SessionStream {
   private readonly queue = new MessageQueue<SessionResponse>();
 
-  constructor(private readonly call: grpc.ClientDuplexStream<SessionRequest, SessionResponse>) {
+  constructor(private readonly call: grpc.ClientDuplexStream<Uint8Array, SessionResponse>) {
     call.on("data", (message: SessionResponse) => this.queue.push(message));
     call.on("error", (error: grpc.ServiceError) => this.queue.end(statusOf(error)));
     call.on("status", (status: grpc.StatusObject) => {
@@ -41,10 +40,10 @@ class GrpcSessionStream implements SessionStream {
     });
   }
 
-  send(message: SessionRequest): void {
+  send(frame: Uint8Array): void {
     const ended = this.queue.endStatus;
     if (ended !== undefined) throw ended ?? new StatusError(Code.UNAVAILABLE, "the session stream has ended");
-    this.call.write(message);
+    this.call.write(frame);
   }
 
   receive(timeoutS: number): Promise<SessionResponse> {
@@ -113,7 +112,7 @@ export class GrpcTransport implements Transport {
 
   session(): SessionStream {
     const call = this.client.makeBidiStreamRequest(
-      `${SERVICE}Session`, (m: SessionRequest) => identity(encodeSessionRequest(m)), decodeSessionResponse, this.metadata);
+      `${SERVICE}Session`, identity, decodeSessionResponse, this.metadata);
     return new GrpcSessionStream(call);
   }
 

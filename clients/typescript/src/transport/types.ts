@@ -4,12 +4,12 @@
  * code with its details) or a ReplyTimeout, and the retry decision (retries.ts) types it.
  */
 
-import type { GenerateRequest, GenerateResponse, InfoResponse, SessionRequest, SessionResponse } from "../wire.js";
+import type { GenerateRequest, GenerateResponse, InfoResponse, SessionResponse } from "../wire.js";
 
 /** One bidirectional Session stream. */
 export interface SessionStream {
-  /** Queues one message (the stream keeps send order). Throws a StatusError once the stream has ended. */
-  send(message: SessionRequest): void;
+  /** Queues one serialized SessionRequest (the stream keeps send order). Throws a StatusError once the stream has ended. */
+  send(frame: Uint8Array): void;
   /** The next message; rejects with the stream's StatusError when it ends (an end without one reads UNAVAILABLE). */
   receive(timeoutS: number): Promise<SessionResponse>;
   /** Half-closes: no more messages from this side. */

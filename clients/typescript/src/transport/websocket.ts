@@ -14,8 +14,8 @@
 
 import { Code, StatusError, statusFromClose } from "../errors.js";
 import {
-  type GenerateRequest, type GenerateResponse, type InfoResponse, type SessionRequest, type SessionResponse,
-  decodeGenerateResponse, decodeInfoResponse, decodeSessionResponse, encodeGenerateRequest, encodeSessionRequest,
+  type GenerateRequest, type GenerateResponse, type InfoResponse, type SessionResponse,
+  decodeGenerateResponse, decodeInfoResponse, decodeSessionResponse, encodeGenerateRequest,
 } from "../wire.js";
 import { MessageQueue } from "./queue.js";
 import type { ConnectOptions, GenerateStream, SessionStream, Transport } from "./types.js";
@@ -119,8 +119,8 @@ class FrameSocket<Out> {
 class WsSessionStream implements SessionStream {
   constructor(private readonly frames: FrameSocket<SessionResponse>) {}
 
-  send(message: SessionRequest): void {
-    this.frames.send(encodeSessionRequest(message));
+  send(frame: Uint8Array): void {
+    this.frames.send(frame);
   }
 
   receive(timeoutS: number): Promise<SessionResponse> {

@@ -5,7 +5,7 @@ import { MessageQueue } from "../../src/transport/queue.js";
 import type { GenerateStream, SessionStream, Transport } from "../../src/transport/types.js";
 import { create } from "@bufbuild/protobuf";
 import { GenerateResponseSchema } from "../../src/gen/edgespec/v1/speculative_pb.js";
-import type { GenerateRequest, GenerateResponse, InfoResponse, SessionRequest, SessionResponse } from "../../src/wire.js";
+import { decodeSessionRequest, type GenerateRequest, type GenerateResponse, type InfoResponse, type SessionRequest, type SessionResponse } from "../../src/wire.js";
 import { DRAINING_MESSAGE } from "../../src/errors.js";
 import type { FakeVerifier, Script } from "./fake_verifier.js";
 
@@ -21,7 +21,8 @@ export class MemoryTransport implements Transport {
     const queue = new MessageQueue<SessionResponse>();
     const script = this.script;
     return {
-      send(message: SessionRequest) {
+      send(frame: Uint8Array) {
+        const message: SessionRequest = decodeSessionRequest(frame);
         if (queue.isEnded) throw queue.endStatus ?? new StatusError(Code.UNAVAILABLE, "ended");
         // (replies arrive on a later tick, as from a socket)
         setTimeout(() => {
