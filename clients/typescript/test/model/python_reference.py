@@ -22,6 +22,7 @@ import numpy as np
 from edgespec.edge.draft import DraftModel
 from edgespec.edge.eos import chat_template_of
 from edgespec.edge.lookup import LookupConfig
+from edgespec.edge.lookup_draft import LookupDraft
 from edgespec.edge.openai_request import render_chat
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import PositionDraws, position_key, position_uniforms, probs_from_logits, sample, truncate_top_n
@@ -76,7 +77,8 @@ def tokenizer_reference(model_dir: Path) -> dict:
 DRAFT_SCRIPT = [
     ["propose", 4], ["rollback_keep", 2], ["append", 42], ["propose", 5], ["rollback_keep", 0],
     ["propose", 3], ["propose_lookup", 4], ["observe", [13, 220, 220]], ["propose", 2],
-    ["rollback_keep", -3], ["propose_coupled", 4], ["propose_coupled_top8", 3],
+    ["rollback_keep", -3], ["propose_coupled", 4], ["propose_coupled_top8", 3], ["observe_chances_coupled", [13, 220, 30, 30]],
+    ["lookup_only", 6], ["lookup_only_observe", [30, 198, 220, 30, 13]],
 ]
 
 
@@ -113,6 +115,16 @@ def _step(draft: DraftModel, prompt_len: int, op: str, arg):
         return len(draft.tokens)
     if op == "observe":
         return draft.observe(arg)
+    if op == "observe_chances_coupled":
+        return draft.observe_chances(arg, sampling=sampling, draws=PositionDraws(7))
+    if op == "lookup_only":  # a lookup-only drafter over the prompt (edge/lookup_draft.py)
+        only = LookupDraft(draft)
+        only.reset(draft.tokens[:prompt_len])
+        return only.propose(arg).tokens
+    if op == "lookup_only_observe":
+        only = LookupDraft(draft)
+        only.reset(draft.tokens[:prompt_len])
+        return only.observe(arg)
     raise ValueError(op)
 
 

@@ -25,6 +25,16 @@ export async function replayScript(draft: Any, lib: Any, script: [string, unknow
         draft.append([k]);
         results.push(draft.tokens.length);
       } else if (op === "observe") results.push(await draft.observe(arg));
+      else if (op === "observe_chances_coupled") results.push(await draft.observeChances(arg, { sampling, draws: new lib.PositionDraws(7) }));
+      else if (op === "lookup_only") {
+        const only = new lib.LookupDraft(draft);
+        only.reset(draft.tokens.slice(0, prompt.length));
+        results.push((await only.propose(k)).tokens);
+      } else if (op === "lookup_only_observe") {
+        const only = new lib.LookupDraft(draft);
+        only.reset(draft.tokens.slice(0, prompt.length));
+        results.push(await only.observe(arg));
+      }
       else throw new Error(`unknown step ${op}`);
     }
     runs.push({ results, tokens: [...draft.tokens] });
