@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { EdgeClient } from "../src/client.js";
-import { CancelledError, Code, InvalidRequestError } from "../src/errors.js";
+import { CancelledError, Code, InvalidRequestError, TokenizerMismatchError } from "../src/errors.js";
 import { FakeVerifier, type Script } from "./helpers/fake_verifier.js";
 import { OracleDrafter, targetOutput } from "./helpers/drafters.js";
 import { MemoryTransport } from "./helpers/memory_transport.js";
@@ -117,5 +117,25 @@ describe("cloud-only and the shadow", () => {
     assert.deepEqual(seen.flat(), new Array(20).fill(1)); // a perfect draft: every token a hit
     assert.deepEqual(drafter.tokens, committed); // the draft kept up: speculation resumes without a prefill
     assert.ok(planner.state.acceptance.seen > 0);
+  });
+});
+
+describe("EdgeClient", () => {
+  it("renders chat messages with the draft's template and generates after them", async () => {
+    const verifier = new FakeVerifier();
+    const draft = Object.assign(new OracleDrafter(), {
+      applyChatTemplate: (messages: Array<{ role: string; content: string }>) => messages.map((m) => m.content.length),
+    });
+    const c = await EdgeClient.connect("memory", { draft, transport: new MemoryTransport(verifier), timeoutS: 5 });
+    const result = await c.chat([{ role: "user", content: "abc" }, { role: "assistant", content: "de" }], { maxNewTokens: 6, k: 3, speculate: true });
+    assert.deepEqual(result.promptIds, [3, 2]);
+    assert.deepEqual(verifier.opens[0]!.promptIds, [3, 2]);
+    assert.deepEqual(result.tokenIds, targetOutput([3, 2], 6));
+  });
+
+  it("refuses a verifier whose tokenizer is not the draft's", async () => {
+    const draft = Object.assign(new OracleDrafter(), { tokenizerFingerprint: "tok1-bpe-1-other" });
+    const c = await EdgeClient.connect("memory", { draft, transport: new MemoryTransport(new FakeVerifier()), timeoutS: 5 });
+    await assert.rejects(c.generate(PROMPT, { maxNewTokens: 3 }), TokenizerMismatchError);
   });
 });
