@@ -177,7 +177,7 @@ def run_in_chunks(items: Sequence[tuple[str, Any]], out_dir: Path, batch: int, m
     return {"chunks": len(chunks(out_dir)), "tokens_this_run": made, "started_at_reply": len(done & {i for i, _ in items})}
 
 
-def generate_replies(config: RepliesConfig, instructions: list[tuple[str, str | list[dict]]], log=None) -> dict:
+def generate_replies(config: RepliesConfig, instructions: Sequence[tuple[str, str | list[dict]]], log=None) -> dict:
     """Replies to the first ``config.replies`` of ``instructions`` ((id, user message or
     conversation) pairs), skipping those the chunks already hold."""
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
