@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "distill": ("align a draft to a target by distillation", "cloud"),
     "evaluate": ("offline figures of a draft/target pair: losses, alpha, simulated acceptance", "cloud"),
     "train-demo": ("train the demo tokenizer, target and draft", "cloud"),
-    "make-draft": ("make a draft for a real chat target: its replies, a reduced vocabulary, distillation", "cloud"),
+    "make-draft": ("make a draft for any chat target: its replies, a reduced vocabulary, distillation (GPU if there is one)", "cloud"),
     "demo": ("start Serve with the demo target and generate with the demo draft", "cloud"),
     "bench": ("measure and tune a draft/target pair: `edgespec bench MODE`, e.g. report, capacity, links, load", "cloud"),
     "link": ("emulate a network link (delay, jitter, bandwidth, faults) as a TCP proxy", "cloud"),
