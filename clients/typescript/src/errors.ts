@@ -151,9 +151,14 @@ export function isRetryable(error: unknown): boolean {
   return error instanceof StatusError && RETRYABLE_CODES.has(error.code);
 }
 
-/** An UNAVAILABLE from a replica that is shutting down (its message says so). */
+/**
+ * An UNAVAILABLE from a replica that is shutting down (its message says so). Over WebSocket the
+ * message is a close reason, cut to 123 bytes: a long enough start of it counts.
+ */
 export function isDrainingRefusal(error: unknown): boolean {
-  return error instanceof StatusError && error.code === Code.UNAVAILABLE && error.details.startsWith(DRAINING_MESSAGE);
+  if (!(error instanceof StatusError) || error.code !== Code.UNAVAILABLE) return false;
+  const details = error.details;
+  return details.startsWith(DRAINING_MESSAGE) || (details.length >= 64 && DRAINING_MESSAGE.startsWith(details));
 }
 
 /** The status a WebSocket close code carries: 4000 + c is status c; 1000 a normal end; others a broken link. */

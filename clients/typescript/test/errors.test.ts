@@ -48,5 +48,8 @@ describe("Retries", () => {
     assert.equal(refusal.cause, "draining");
     assert.ok(refusal.delayS <= 0.1);
     assert.equal(retries.failures, 0);
+    const cut = new TextDecoder().decode(new TextEncoder().encode(DRAINING_MESSAGE).slice(0, 123)); // a close reason's room
+    assert.equal(retries.decide(statusFromClose(4014, cut)).cause, "draining");
+    assert.throws(() => retries.decide(new StatusError(Code.UNAVAILABLE, "this replica")), ConnectionFailedError);
   });
 });
