@@ -83,3 +83,21 @@ def test_frames_are_the_sessions_requests():
     assert isinstance(got[1], Malformed) and "text frame" in got[1].reason
     assert isinstance(got[2], Malformed) and not got[2].too_large
     assert isinstance(got[3], Malformed) and got[3].too_large
+
+
+def test_edgespec_serve_takes_allowed_origins_and_a_wss_port():
+    import argparse
+
+    from helpers import REPO
+
+    from edgespec.cli import serve as serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    args = parser.parse_args(["--model", str(REPO / "models" / "demo" / "target"), "--allowed-origins",
+                              "https://App.example.com, http://localhost:5173", "--wss-port", "9443"])
+    config = serve_cli.config_from_args(args)
+    assert config.allowed_origins == ("https://app.example.com", "http://localhost:5173") and args.wss_port == 9443
+    args = parser.parse_args(["--model", str(REPO / "models" / "demo" / "target"), "--allowed-origins", "app.example.com"])
+    with pytest.raises(ValueError, match="allowed_origins"):
+        serve_cli.config_from_args(args)
