@@ -2,8 +2,7 @@
 
 Its knobs in ``PlannerConfig``; what the device measured in ``State``, changed only by
 ``observe(state, config, event)``; ``decide(state, config, ...)``, pure, which the driver
-(``edge/driver.py``) and the simulators (``cloud/simulate``) call alike. It reads no clock.
-``Planner`` holds one of each for a client, and logs every decision.
+(``edge/driver.py``) and the simulators call alike. ``Planner`` holds one of each for a client.
 
 The rule. Speculation's price per token at k drafts is a round over what it commits:
 
@@ -60,7 +59,7 @@ class PlannerConfig:
     new_text_weight: what earlier texts' rounds weigh when a request starts (0.2: texts differ;
         the last one is a guess at the next one's opening that its own first rounds overrule).
     window: timings are the median of their last this many samples (5: a link that changed
-        shows after three; one loss stall moves nothing); fitted lines forget as fast.
+        shows after three; one loss stall moves nothing); lines against k keep four times more.
     min_rounds: rounds of a speculative segment before it may be left (2: the first one rode
         with the Open and priced the prefill, not a round).
     min_stream_tokens: streamed tokens before a stream may be left (8: its first ones are a
@@ -186,7 +185,8 @@ class Line:
             return None
         mx, my = wx / w, wy / w
         var = wxx / w - mx * mx
-        slope = max((wxy / w - mx * my) / var, 0.0) if var > 1e-6 else 0.0
+        # NOTE: no slope until blocks of k apart were measured (fitted on one k, noise kept k short)
+        slope = max((wxy / w - mx * my) / var, 0.0) if var >= 1.0 else 0.0
         return max(my + slope * (x - mx), 0.0)
 
 
@@ -225,7 +225,7 @@ class State:
 
     def __post_init__(self) -> None:
         c = self.config
-        self.forward, self.device = Line(1 - 1 / c.window), Line(1 - 1 / c.window)
+        self.forward, self.device = Line(1 - 1 / (4 * c.window)), Line(1 - 1 / (4 * c.window))  # (a slope needs many)
         self.rtt, self.prefill, self.bias, self.shadow = (Median(c.window) for _ in range(4))
         self.acceptance = Acceptance(c.acceptance_decay, c.shrink, c.prior_acceptance)
 
@@ -303,9 +303,9 @@ class Decision:
 
 def _costs(s: State, config: PlannerConfig, k: int) -> tuple[float, float, float, int] | None:
     """A round of k drafts: (fresh, held, device, depth), depth the blocks that cover a round
-    trip (no more travel in one); None until the round trip and the forward are known."""
+    trip (no more travel in one)."""
     forward, rtt = s.forward.at(k), s.rtt.value
-    if rtt is None or forward is None:
+    if rtt is None or forward is None:  # (no price until both are known)
         return None
     device = s.device.at(k) or 0.0  # (until a round measured it: the round trip dominates a first guess)
     fresh, per_block = rtt + forward + device, forward + device
@@ -439,8 +439,8 @@ class Planner:
         self.switch_log: list[Switch] = []
         self._budget = 0
 
-    def observe(self, event: Event) -> None:  # (a request's start begins its log)
-        if isinstance(event, Start):
+    def observe(self, event: Event) -> None:
+        if isinstance(event, Start):  # (a request's start begins its log)
             self.switch_log, self._budget = [], event.max_new_tokens
         observe(self.state, self.config, event)
 
