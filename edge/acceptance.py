@@ -55,8 +55,7 @@ class Acceptance:
         self.reached = [weight * r for r in self.reached]
         self.accepted = [weight * a for a in self.accepted]
 
-    def drafts(self) -> float:
-        """Drafts observed (decayed): what the estimates rest on."""
+    def drafts(self) -> float:  # drafts observed, decayed: what the estimates rest on
         return sum(self.reached)
 
     def by_position(self, n: int) -> list[float]:

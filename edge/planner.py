@@ -104,10 +104,8 @@ class PlannerConfig:
                 raise ValueError(f"PlannerConfig.{name} must be {allowed}, got {getattr(self, name)}")
 
 
-# ---- events: what the driver saw ------------------------------------------------------------
-
 @dataclass(frozen=True)
-class Start:
+class Start:  # (the events: what the driver saw)
     """A request begins: its token budget, the server's max_k, and its k and send-ahead settings."""
     max_new_tokens: int
     max_k: int = 16
@@ -209,7 +207,7 @@ class State:
     rtt: Median = field(init=False)  # network round trip + ingress
     forward: Line = field(init=False)  # the replica's verify forward against k
     device: Line = field(init=False)  # a fresh round's device time (drafting and the rest) against k
-    stream: float | None = None  # a stream's measured ms per token
+    streams: list[float] = field(default_factory=list)  # the last streams' measured ms per token
     replica_stream: float | None = None  # what the replica tells of its streams' ms per token
     prefill: Median = field(init=False)  # what a segment's start pays beyond a round trip and a step
     bias: Median = field(init=False)  # measured / predicted round time
@@ -241,6 +239,7 @@ def observe(state: State, config: PlannerConfig, event: Event) -> None:
         s.acceptance.forget(config.new_text_weight)
     elif isinstance(event, Segment):
         s.segment_rounds = s.segment_tokens = s.segment_probes = 0
+        s.streams = s.streams[-config.window + 1:] + [math.nan] if event.path is Path.CLOUD_ONLY else s.streams
     elif isinstance(event, Info):
         if event.forward_ms > 0:
             w, wx = s.forward.sums[:2]  # (at no known k: at the mean k, a sample moves the level, not the slope)
@@ -258,8 +257,8 @@ def observe(state: State, config: PlannerConfig, event: Event) -> None:
             s.prefill.add(max(event.ms - s.rtt.value - step, 0.0))
     elif isinstance(event, Streamed):
         s.segment_tokens = event.tokens
-        if event.tokens > 0:
-            s.stream = event.ms / event.tokens
+        if event.tokens >= config.min_stream_tokens and s.streams:  # (fewer: a burst behind the prefill)
+            s.streams[-1] = event.ms / event.tokens  # (a median over streams: one stall is no price)
     elif isinstance(event, Shadowed):
         if event.after_gap:
             s.replay.restart()
@@ -338,10 +337,15 @@ def forecast(s: State, config: PlannerConfig) -> tuple[int, float | None, int]:
 def cloud_ms(s: State, config: PlannerConfig) -> float | None:
     """The stream's ms per token (measured, else the replica's figure, else a forward), plus the
     shadow's drafting at its share: on a device whose cores carry the stream too, it competes."""
-    stream = s.stream or s.replica_stream or s.forward.at(1)
+    stream = _stream(s) or s.replica_stream or s.forward.at(1)
     if stream is None:
         return None
     return stream + _shadow_share(s, config, stream) * (s.shadow.value or 0.0)
+
+
+def _stream(s: State) -> float | None:
+    rates = [r for r in s.streams if not math.isnan(r)]
+    return statistics.median(rates) if rates else None
 
 
 def _shadow_share(s: State, config: PlannerConfig, stream: float) -> float:
@@ -356,7 +360,7 @@ def shadow_wanted(s: State, config: PlannerConfig, position: int) -> bool:
     observed) every token is worth watching."""
     if position < config.shadow_look or s.acceptance.seen < config.enter_drafts:
         return True
-    stream = s.stream or s.replica_stream
+    stream = _stream(s) or s.replica_stream
     share = 1.0 if stream is None else _shadow_share(s, config, stream)
     period = math.ceil(config.shadow_look / share)
     return share >= 1.0 or position % period >= period - config.shadow_look
@@ -451,8 +455,5 @@ class Planner:
             self.switch_log.append(Switch(self._budget - remaining, None if current is None else current.value,
                                           decision.path.value, decision.spec_ms, decision.cloud_ms, decision.reason))
         return decision
-
-    def shadow_wanted(self, position: int) -> bool:
-        return shadow_wanted(self.state, self.config, position)
 
 

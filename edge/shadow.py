@@ -5,7 +5,7 @@ would commit here (``planner.Shadowed``: per token, the chance a draft there wou
 accepted: greedy, a hit; sampled, ``Drafter.observe_chances``), and its time on the draft
 thread is its own cost. Tokens are run over ``SHADOW_BATCH`` at a time, one forward each; a
 start on the cloud-only path has the draft read the prompt first. Between looks
-(``Planner.shadow_wanted``) it rests: the tokens it skips are kept, and the next look catches
+(``planner.shadow_wanted``) it rests: the tokens it skips are kept, and the next look catches
 the draft up on them in the same forward, so it sees the context as speculation would.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from edgespec.edge.drafter import Drafter
 from edgespec.edge.lookup import LookupConfig
 from edgespec.edge.params import SamplingParams
 from edgespec.edge.sampling import PositionDraws
-from edgespec.edge.planner import Planner, Shadowed
+from edgespec.edge.planner import Planner, Shadowed, shadow_wanted
 
 SHADOW_BATCH = 8  # streamed tokens the draft is run over at once
 
@@ -59,7 +59,7 @@ class Shadow:
             self.in_step = self.fresh = False  # the draft falls behind; the next speculative segment resets it
             return
         self.position += len(tokens)
-        if not self.planner.shadow_wanted(self.position - 1):
+        if not shadow_wanted(self.planner.state, self.planner.config, self.position - 1):
             self._flush(committed[: len(committed) - len(tokens)])  # (the look so far counts)
             if not self.fresh:
                 self.skipped.extend(tokens)

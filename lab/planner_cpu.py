@@ -23,7 +23,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 # The methods edge/driver.py (and the shadow) call on the planner.
-METHODS = ("observe", "decide", "shadow_wanted")
+METHODS = ("observe", "decide")
 
 
 def timed(cls, names, spent: Counter, calls: Counter) -> list[float]:

@@ -25,7 +25,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from edgespec.edge.planner import Decision, FirstToken, Info, Path, Planner, Round, Segment, Shadowed, Start, Streamed
+from edgespec.edge.planner import (Decision, FirstToken, Info, Path, Planner, Round, Segment, Shadowed, Start, Streamed,
+                                   shadow_wanted)
 
 
 @dataclass
@@ -184,11 +185,11 @@ class Sim:
             if self.now >= next_probe:  # the probe runs beside the stream
                 planner.observe(Info(rtt_ms=world.rtt_ms(self.position)))
                 next_probe = self.now + world.probe_interval_ms
-            if planner.shadow_wanted(streamed):
+            if shadow_wanted(planner.state, planner.config, streamed):
                 run.shadowed += 1
                 self.now += world.draft_ms  # the device's cores carry the stream too: it competes
                 chance = world.chances(position) if self.sampled and world.chances is not None else float(world.hits(position))
-                planner.observe(Shadowed((chance,), world.draft_ms, after_gap=streamed > 0 and not planner.shadow_wanted(streamed - 1)))
+                planner.observe(Shadowed((chance,), world.draft_ms, after_gap=streamed > 0 and not shadow_wanted(planner.state, planner.config, streamed - 1)))
             streamed += 1
             decision = planner.decide(Path.CLOUD_ONLY, max_new - len(run.tokens))
             if decision.path is not Path.CLOUD_ONLY:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from edgespec.edge.planner import (FirstToken, Info, Path, Planner, PlannerConfig, Round, Segment, Shadowed, Start,
-                                   Streamed, decide)
+                                   Streamed, decide, shadow_wanted)
 
 SPEC, CLOUD = Path.SPECULATIVE, Path.CLOUD_ONLY
 
@@ -151,10 +151,17 @@ def test_rounds_slower_than_predicted_raise_speculations_price():
     assert ms(slow.decide(SPEC, 100).spec_ms) > 1.2 * ms(steady.decide(SPEC, 100).spec_ms)
 
 
-def test_a_measured_stream_is_the_cloud_price_and_the_replica_figure_before_it():
+def test_the_last_streams_measured_rate_is_the_cloud_price_and_the_replica_figure_before_it():
     p = planner(15.0, stream_ms=9.0)
     assert p.decide(SPEC, 100).cloud_ms == pytest.approx(9.0)
+    p.observe(Segment(CLOUD))
+    p.observe(Streamed(12.0 * 4, 4))  # too few tokens for a rate
+    assert p.decide(SPEC, 100).cloud_ms == pytest.approx(9.0)
     p.observe(Streamed(12.0 * 10, 10))
+    assert p.decide(SPEC, 100).cloud_ms == pytest.approx(12.0)
+    for rate in (200.0, 11.0):  # a stream that stalled is one of the last few
+        p.observe(Segment(CLOUD))
+        p.observe(Streamed(rate * 10, 10))
     assert p.decide(SPEC, 100).cloud_ms == pytest.approx(12.0)
 
 
@@ -169,8 +176,8 @@ def test_decide_is_pure():
 def test_the_shadow_watches_every_token_while_cheap_and_a_share_of_them_when_not():
     p = planner(15.0)
     p.observe(Shadowed(tuple([1.0] * 32), draft_ms=32 * 0.1))  # 0.1 ms a token beside a 9 ms stream
-    assert all(p.shadow_wanted(i) for i in range(256))
+    assert all(shadow_wanted(p.state, p.config, i) for i in range(256))
     p.observe(Shadowed(tuple([1.0] * 32), draft_ms=32 * 3.0))
     p.observe(Shadowed(tuple([1.0] * 32), draft_ms=32 * 3.0))  # now 3 ms a token: a third of the stream
-    watched = sum(p.shadow_wanted(i) for i in range(4096)) / 4096
+    watched = sum(shadow_wanted(p.state, p.config, i) for i in range(4096)) / 4096
     assert watched * 3.0 <= 1.1 * p.config.shadow_share * 9.0

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgespec.edge.planner import Info, Planner, PlannerConfig, Shadowed, Streamed
+from edgespec.edge.planner import Info, Path, Planner, PlannerConfig, Segment, Shadowed, Streamed
 from edgespec.edge.shadow import SHADOW_BATCH, Shadow
 
 
@@ -66,6 +66,7 @@ def streaming_planner(stream_ms: float = 15.0) -> Planner:
     """A planner whose stream runs at ``stream_ms`` a token."""
     planner = Planner()
     planner.observe(Info(forward_ms=15.0, decode_ms=14.0, rtt_ms=20.0))
+    planner.observe(Segment(Path.CLOUD_ONLY))
     planner.observe(Streamed(stream_ms * 10, 10))
     return planner
 
