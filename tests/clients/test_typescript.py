@@ -134,7 +134,7 @@ def planner_script(seed: int) -> list[dict]:
 
 
 def test_planner_decides_as_edge_planner(tmp_path):
-    steps = planner_script(seed=58)
+    steps = planner_script(seed=58) + planner_script(seed=7)  # (one client: the second script goes on from the first)
     script = tmp_path / "planner.jsonl"
     script.write_text("".join(json.dumps({k: v for k, v in step.items() if k != "py"}) + "\n" for step in steps))
     done = npx("tsx", "conformance/planner_replay.ts", str(script))

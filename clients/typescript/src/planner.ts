@@ -95,7 +95,8 @@ export class Line {
     const mx = wx / w;
     const my = wy / w;
     const variance = wxx / w - mx * mx;
-    const slope = variance > 1e-6 ? Math.max((wxy / w - mx * my) / variance, 0) : 0;
+    // NOTE: no slope until blocks of k apart were measured (fitted on one k, noise kept k short)
+    const slope = variance >= 1 ? Math.max((wxy / w - mx * my) / variance, 0) : 0;
     return Math.max(my + slope * (x - mx), 0);
   }
 }
@@ -119,7 +120,8 @@ export class State {
   rtt: Median;
   forward: Line;
   device: Line;
-  stream: number | null = null;
+  /** The last streams' measured ms per token (NaN: a stream not yet priced). */
+  streams: number[] = [];
   replicaStream: number | null = null;
   prefill: Median;
   bias: Median;
@@ -134,8 +136,8 @@ export class State {
   segmentProbes = 0;
 
   constructor(config: PlannerConfig) {
-    this.forward = new Line(1 - 1 / config.window);
-    this.device = new Line(1 - 1 / config.window);
+    this.forward = new Line(1 - 1 / (4 * config.window)); // (a slope needs many samples)
+    this.device = new Line(1 - 1 / (4 * config.window));
     this.rtt = new Median(config.window);
     this.prefill = new Median(config.window);
     this.bias = new Median(config.window);
@@ -157,6 +159,7 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
       break;
     case "segment":
       s.segmentRounds = s.segmentTokens = s.segmentProbes = 0;
+      if (event.path === "cloud_only") s.streams = [...s.streams.slice(-config.window + 1), NaN];
       break;
     case "info":
       if (event.forwardMs > 0) {
@@ -179,7 +182,8 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
     }
     case "streamed":
       s.segmentTokens = event.tokens;
-      if (event.tokens > 0) s.stream = event.ms / event.tokens;
+      // (fewer tokens: a burst behind the prefill; a median over streams: one stall is no price)
+      if (event.tokens >= config.minStreamTokens && s.streams.length) s.streams[s.streams.length - 1] = event.ms / event.tokens;
       break;
     case "shadowed":
       if (event.afterGap) s.replay.restart();
@@ -259,6 +263,14 @@ export function forecast(s: State, config: PlannerConfig): [number, number | nul
   return [best[1], best[0] * (bias || 1), best[2]];
 }
 
+/** The median of the last streams' rates; null before any was priced. */
+function streamRate(s: State): number | null {
+  const rates = s.streams.filter((r) => !Number.isNaN(r)).sort((a, b) => a - b);
+  if (rates.length === 0) return null;
+  const mid = rates.length >> 1;
+  return rates.length % 2 ? rates[mid]! : (rates[mid - 1]! + rates[mid]!) / 2;
+}
+
 function shadowShare(s: State, config: PlannerConfig, stream: number): number {
   const shadow = s.shadow.value;
   return !shadow ? 1 : Math.min(1, (config.shadowShare * stream) / shadow);
@@ -266,8 +278,8 @@ function shadowShare(s: State, config: PlannerConfig, stream: number): number {
 
 /** The stream's ms per token (measured, else the replica's, else a forward), plus the shadow's share. */
 export function cloudMs(s: State, config: PlannerConfig): number | null {
-  const stream = s.stream || s.replicaStream || s.forward.at(1);
-  if (!stream) return null;
+  const stream = streamRate(s) || s.replicaStream || s.forward.at(1);
+  if (stream === null) return null; // (0 is a price: a forward fitted down to nothing)
   return stream + shadowShare(s, config, stream) * (s.shadow.value ?? 0);
 }
 
@@ -278,7 +290,7 @@ export function cloudMs(s: State, config: PlannerConfig): number | null {
  */
 export function shadowWanted(s: State, config: PlannerConfig, position: number): boolean {
   if (position < config.shadowLook || s.acceptance.seen < config.enterDrafts) return true;
-  const stream = s.stream || s.replicaStream;
+  const stream = streamRate(s) || s.replicaStream;
   const share = !stream ? 1 : shadowShare(s, config, stream);
   const period = Math.ceil(config.shadowLook / share);
   return share >= 1 || position % period >= period - config.shadowLook;
