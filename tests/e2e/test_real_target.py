@@ -18,6 +18,8 @@ from helpers import REPO, ModelPair, assert_same_or_a_float_tie, ensure_real_tar
 
 from edgespec.edge.client import EdgeClient
 
+TS_PACKAGE = REPO / "clients" / "typescript"
+
 pytestmark = pytest.mark.slow
 
 REAL_PAIR = REPO / "models" / "smollm2-135m"
@@ -107,3 +109,25 @@ def test_streamed_pieces_and_device_server_replies_hold_no_special_token(real):
             assert not any(special in text for special in SPECIAL_TEXTS)
         finally:
             device.shutdown()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "websocket"])
+def test_the_typescript_client_generates_what_the_python_sdk_does(real, transport, tmp_path):
+    """@edgespec/client (Node, onnxruntime-node) with the real pair's int8, vocab-mapped draft:
+    the same greedy ids as the Python SDK, over gRPC and over the WebSocket route."""
+    import json
+    import subprocess
+
+    server, references, _ = real
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt_ids": ids}) + "\n" for i, (ids, _, _) in enumerate(references)))
+    with EdgeClient(server.address, server.pair.draft_dir) as client:
+        python = [client.generate(ids, max_new_tokens=NEW_TOKENS, k=4, stop_token_ids=()).token_ids for ids, _, _ in references]
+    address = server.address if transport == "grpc" else f"ws://127.0.0.1:{server.http_port}"
+    done = subprocess.run(["npx", "tsx", "bench/generate.ts", "--address", address, "--draft", str(server.pair.draft_dir),
+                           "--prompts", str(prompts), "--max-new-tokens", str(NEW_TOKENS), "--k", "4", "--warmup", "0"],
+                          cwd=TS_PACKAGE, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    node = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["token_ids"] for row in node] == python
+    assert any(row["mean_acceptance_length"] > 1 for row in node)  # the draft's tokens were accepted, not only streamed
