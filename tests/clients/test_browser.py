@@ -15,10 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO, ModelPair, free_port, start_server, stop_server
+from helpers import REPO, ModelPair, free_port, held_out_ids, start_server, stop_server
 
 from edgespec.edge.client import EdgeClient
-from edgespec.edge.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -60,11 +59,7 @@ def verifier(page_server):
 
 @pytest.fixture(scope="module")
 def held_out(tmp_path_factory) -> Path:
-    tokenizer = load_tokenizer(DEMO / "draft")
-    rows = [json.loads(line) for line in (REPO / "prompts" / "heldout.jsonl").read_text().splitlines()[-HELD_OUT:]]
-    path = tmp_path_factory.mktemp("prompts") / "heldout.jsonl"
-    path.write_text("".join(json.dumps({"id": r["id"], "prompt_ids": tokenizer.encode(r["prompt"]).ids}) + "\n" for r in rows))
-    return path
+    return held_out_ids(DEMO / "draft", slice(-HELD_OUT, None), tmp_path_factory.mktemp("prompts") / "heldout.jsonl")
 
 
 def browser_generate(page: str, server: str, prompts: Path, k: str) -> dict[str, dict]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conformance.scripted_verifier import SCENARIOS, check, client_request, serve
-from helpers import REPO, ModelPair, start_server, stop_server
+from helpers import REPO, ModelPair, held_out_ids, start_server, stop_server
 
 from edgespec.edge import planner as py_planner
 
@@ -170,13 +170,7 @@ def demo_server():
 
 @pytest.fixture(scope="module")
 def held_out(tmp_path_factory) -> Path:
-    from edgespec.edge.tokenizer import load_tokenizer
-
-    tokenizer = load_tokenizer(DEMO / "draft")
-    rows = [json.loads(line) for line in (REPO / "prompts" / "heldout.jsonl").read_text().splitlines()[:HELD_OUT]]
-    path = tmp_path_factory.mktemp("prompts") / "heldout.jsonl"
-    path.write_text("".join(json.dumps({"id": r["id"], "prompt_ids": tokenizer.encode(r["prompt"]).ids}) + "\n" for r in rows))
-    return path
+    return held_out_ids(DEMO / "draft", slice(HELD_OUT), tmp_path_factory.mktemp("prompts") / "heldout.jsonl")
 
 
 @pytest.fixture(scope="module")

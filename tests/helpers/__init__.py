@@ -193,3 +193,17 @@ def wait_for(what: str, condition, timeout_s: float, interval_s: float = 0.5, de
         time.sleep(interval_s)
     extra = detail()
     raise AssertionError(f"{what}: not within {timeout_s:g}s" + (f"; {extra}" if extra else ""))
+
+
+def held_out_ids(draft_dir: Path, rows: slice, out: Path) -> Path:
+    """prompts/heldout.jsonl's ``rows`` tokenized by the draft's tokenizer, written to ``out`` as
+    the JSON lines a foreign client reads ({"id", "prompt_ids"})."""
+    import json
+
+    from edgespec.edge.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(draft_dir)
+    lines = (REPO / "prompts" / "heldout.jsonl").read_text().splitlines()[rows]
+    out.write_text("".join(json.dumps({"id": r["id"], "prompt_ids": tokenizer.encode(r["prompt"]).ids}) + "\n"
+                           for r in map(json.loads, lines)))
+    return out

@@ -7,6 +7,7 @@
  * `rollbackTo` cuts them off again, `append` adds the verifier's tokens, `reset` starts over.
  */
 
+import type { DrawsSpec } from "./model/drafter.js";
 import type { PositionDraws } from "./model/index.js";
 import type { SamplingParams } from "./params.js";
 import type { SparseDist } from "./wire.js";
@@ -22,13 +23,7 @@ export interface Proposal {
 }
 
 /** Which random draws a proposal makes: coupled (keyed by seed and absolute position) or a round's stream. */
-export interface DrawsSpec {
-  seed: bigint;
-  round: number;
-  coupled: boolean;
-  /** The draws of a bonus guess before `round` (a block sent ahead), kept apart from the round's own. */
-  guess: boolean;
-}
+export type { DrawsSpec };
 
 export interface ProposeOptions {
   /** null: greedy. */
