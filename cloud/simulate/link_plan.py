@@ -14,7 +14,7 @@ sessions m a replica carries within the SLO (bisection over m, probes shared by 
 to the memory's cap (pinned: the reserved contexts that fit; evictable: the cloud-only streams'
 contexts that fit, and for speculation no cap but the expected recompute of evicted contexts in
 every forward, by m) and ``max_sessions``. The speculative path drafts as the product does with
-k=auto: adaptive k (``edge/policy.py`` through the simulator) and drafting ahead during the
+k=auto: adaptive k (``edge/planner.py``'s ``decide`` through the simulator) and drafting ahead during the
 flight; a link whose speculative floor (one session alone) misses the SLO is routed to
 cloud-only, as k=auto's planner streams where speculation is slower. Send-ahead (several blocks
 in flight) is not modelled: on far links the plan understates speculation.
