@@ -202,9 +202,9 @@ def main() -> int:
     if not args.dry:
         from edgespec.cloud.serving.haproxy_owner import _bindable
 
-        busy = [port for port in (443, 9000) if not _bindable(port, "0.0.0.0")]
+        busy = [port for port in (443, 8443, 9000) if not _bindable(port, "0.0.0.0")]
         if busy:
-            print(f"rehearsal: port(s) {busy} in use here (the YAML's TLS and gRPC ports): free them first", file=sys.stderr)
+            print(f"rehearsal: port(s) {busy} in use here (the YAML's TLS, wss and gRPC ports): free them first", file=sys.stderr)
             return 2
     home = Path(tempfile.mkdtemp(prefix="esr", dir="/tmp"))  # short: HAProxy caps socket paths at 97 characters
     started = time.monotonic()

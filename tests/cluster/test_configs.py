@@ -38,8 +38,8 @@ def test_serve_configs_build_the_application(name, tmp_path):
 
 def test_the_production_layout_exposes_only_tls():
     cluster = yaml.safe_load((REPO / "cluster" / "ray-cluster.yaml").read_text())
-    (rule,) = cluster["provider"]["security_group"]["IpPermissions"]
-    assert (rule["FromPort"], rule["ToPort"]) == (443, 443)
+    rules = cluster["provider"]["security_group"]["IpPermissions"]
+    assert [(rule["FromPort"], rule["ToPort"]) for rule in rules] == [(443, 443), (8443, 8443)]  # gRPC, wss
     head = " ".join(cluster["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head and "RAY_SERVE_ENABLE_HA_PROXY=1" in head
     assert "RAY_SERVE_ENABLE_HA_PROXY=1" in " ".join(cluster["worker_start_ray_commands"])
@@ -56,7 +56,8 @@ def test_the_tls_terminator_config_is_the_one_edgespec_serve_runs(tmp_path):
 
     text = (REPO / "cluster" / "haproxy-tls.cfg").read_text()
     body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#") or line.startswith("    #"))
-    assert body == render_config(listen="*:443", pem="/etc/haproxy/certs/edgespec.pem", upstream="127.0.0.1:9000")
+    assert body == render_config(listen="*:443", pem="/etc/haproxy/certs/edgespec.pem", upstream="127.0.0.1:9000",
+                                 http_listen="*:8443", http_upstream="127.0.0.1:8000")
     from helpers.tls import make_ca_and_server_cert
 
     certs = make_ca_and_server_cert(tmp_path)
