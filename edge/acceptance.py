@@ -16,8 +16,8 @@ Unlike the geometric (1 - a^(k+1)) / (1 - a) this keeps what bursty text does: a
 on a passage's first tokens tends to be right on the next ones too.
 
 Each c_i is shrunk towards c_(i-1) (c_1 towards the prior) by ``shrink`` pseudo-drafts: a
-position seldom reached says little, and extrapolating the deepest measured one, not the pooled
-mean of the first positions, lets k grow until longer blocks have measured what they commit.
+position seldom reached follows the deepest measured one, so k can grow. Blocks sent ahead that
+held make one long block with the block after them, so short blocks measure deep positions too.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ class Acceptance:
         self.accepted: list[float] = []
         self.seen = 0.0  # drafts ever observed: whether the draft is known at all
 
-    def add(self, accepted: int, k: int) -> None:
-        """A verified round: ``accepted`` of ``k`` drafts."""
-        reached = min(accepted + 1, k)
-        self.add_counts([1.0] * reached, [1.0] * accepted)
+    def add(self, accepted: int, k: int, after: int = 0, limit: int | None = None) -> None:
+        """A verified round: ``accepted`` of ``k`` drafts, after ``after`` positions of blocks
+        that held (the last, their bonus guessed); positions past ``limit`` are not kept."""
+        lead = [0.0] * (after - 1) + [1.0] if after else []  # (the last bonus guess: reached, accepted)
+        reached, hits = lead + [1.0] * min(accepted + 1, k), lead + [1.0] * accepted
+        self.add_counts(reached[:limit], hits[:limit])
 
     def add_counts(self, reached: list[float], accepted: list[float], rounds: float = 1.0) -> None:
         """Per-position counts of ``rounds`` rounds (fractional for replayed ones): what was

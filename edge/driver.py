@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import Executor
+from dataclasses import asdict
 from typing import AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -118,7 +119,7 @@ class Generation:
                     self.stats.switches += 1
         finally:
             self.stats.wall_s = self.clock() - started
-            self.stats.switch_log = [switch.to_dict() for switch in planner.switch_log]
+            self.stats.switch_log = [asdict(switch) for switch in planner.switch_log]
 
     def _progress(self, started: float, path: Route, tokens: list[int]) -> None:
         if not tokens:

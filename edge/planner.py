@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 
 from edgespec.edge.acceptance import Acceptance, Replay
@@ -220,6 +220,7 @@ class State:
     segment_rounds: int = 0  # this segment's rounds, streamed tokens and round-trip probes
     segment_tokens: int = 0
     segment_probes: int = 0
+    chain: int = 0  # positions a block sent ahead now continues (the blocks before it held)
 
     def __post_init__(self) -> None:
         c = self.config
@@ -238,7 +239,7 @@ def observe(state: State, config: PlannerConfig, event: Event) -> None:
         s.replay.restart()
         s.acceptance.forget(config.new_text_weight)
     elif isinstance(event, Segment):
-        s.segment_rounds = s.segment_tokens = s.segment_probes = 0
+        s.segment_rounds = s.segment_tokens = s.segment_probes = s.chain = 0
         s.streams = s.streams[-config.window + 1:] + [math.nan] if event.path is Path.CLOUD_ONLY else s.streams
     elif isinstance(event, Info):
         if event.forward_ms > 0:
@@ -271,7 +272,11 @@ def observe(state: State, config: PlannerConfig, event: Event) -> None:
 def _observe_round(s: State, config: PlannerConfig, r: Round) -> None:
     """A segment's first round also carried the Open (the replica's prefill of the context): its
     wait beyond a round trip and a forward is what a switch pays; its times price no round."""
-    s.acceptance.add(min(max(r.tokens - 1, 0), r.k), r.k)  # (a tree's accepted leaves count as its chain's)
+    accepted = min(max(r.tokens - 1, 0), r.k)  # (a tree's accepted leaves count as its chain's)
+    after = s.chain if r.wait_ms is None else 0  # (a block sent ahead is verified only behind ones that held)
+    if after <= s.max_k:  # (deeper positions price no block)
+        s.acceptance.add(accepted, r.k, after, s.max_k + 1)
+    s.chain = after + r.k + 1 if accepted == r.k else 0
     s.segment_rounds += 1
     if s.segment_rounds == 1:
         if r.wait_ms is not None and s.rtt.value is not None:
@@ -338,9 +343,7 @@ def cloud_ms(s: State, config: PlannerConfig) -> float | None:
     """The stream's ms per token (measured, else the replica's figure, else a forward), plus the
     shadow's drafting at its share: on a device whose cores carry the stream too, it competes."""
     stream = _stream(s) or s.replica_stream or s.forward.at(1)
-    if stream is None:
-        return None
-    return stream + _shadow_share(s, config, stream) * (s.shadow.value or 0.0)
+    return None if stream is None else stream + _shadow_share(s, config, stream) * (s.shadow.value or 0.0)
 
 
 def _stream(s: State) -> float | None:
@@ -376,8 +379,7 @@ def decide(s: State, config: PlannerConfig, mode: str, current: Path | None, rem
     """The path for the tokens still to come (``current`` None: a request's start), and the next
     block's k and the blocks in flight; pure."""
     k, spec, depth = forecast(s, config)
-    if s.k != "auto":
-        k = int(s.k)
+    k = k if s.k == "auto" else int(s.k)
     cloud = cloud_ms(s, config)
     path, why = _path(s, config, mode, current, remaining, spec, cloud)
     return Decision(path, k, depth, spec, cloud, why)
@@ -408,8 +410,7 @@ def _start(s: State, config: PlannerConfig, budget: int, spec: float | None, clo
     if spec is None or cloud is None:
         return Path.SPECULATIVE, "nothing measured: speculate, and learn"
     if s.acceptance.seen < config.enter_drafts:
-        # A hopeless draft costs up to three rounds of a token each (the first rides with the
-        # Open; it shows by the third), and a switch.
+        # A hopeless draft costs up to three rounds of a token (it shows by the third) and a switch.
         fresh = (_costs(s, config, s.max_k) or (0.0,))[0]
         if 3 * max(fresh - cloud, 0.0) + switch_cost_ms(s, config) > config.explore_loss * budget * cloud:
             return Path.CLOUD_ONLY, "the shadow judges the draft: a wrong guess costs too much here"
@@ -428,9 +429,6 @@ class Switch:
     predicted_spec_ms_per_token: float | None
     predicted_cloud_ms_per_token: float | None
     reason: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Planner:

@@ -37,7 +37,7 @@ class RequestStats:
     move_outages_s: list[float] = field(default_factory=list)  # per move: last token before -> first after
     replica_ids: list[str] = field(default_factory=list)  # the replica of each speculative stream, in order
     # k=auto's decisions: the path it started on and each switch, with the two predicted
-    # ms/token and the reason (``planner.Switch.to_dict``), in order.
+    # ms/token and the reason (``planner.Switch``), in order.
     switch_log: list[dict] = field(default_factory=list)
     # Sampled requests: the seed every draw was keyed by (drawn from the OS when none was
     # given): pass it as ``seed`` to replay the text. None for greedy requests.

@@ -17,6 +17,15 @@ def test_a_round_counts_its_accepted_drafts_and_one_rejection():
     assert acceptance.by_position(4) == pytest.approx([0.99, 0.99, 0.5, 0.99])  # (never quite certain)
 
 
+def test_a_block_sent_ahead_continues_the_positions_of_the_blocks_that_held():
+    acceptance = Acceptance(decay=1.0, shrink=0.0, prior=0.7)
+    acceptance.add(2, 2)  # positions 1, 2; the bonus guessed is position 3
+    acceptance.add(1, 2, after=3, limit=5)  # position 4 accepted, 5 rejected
+    assert acceptance.reached == [1.0, 1.0, 1.0, 1.0, 1.0] and acceptance.accepted == [1.0, 1.0, 1.0, 1.0, 0.0]
+    acceptance.add(2, 2, after=5, limit=5)  # its bonus guess (position 5) kept, its drafts past the limit not
+    assert acceptance.reached[4:] == [2.0] and acceptance.accepted[4:] == [1.0]
+
+
 def test_with_one_acceptance_everywhere_a_round_commits_the_geometric_tokens():
     acceptance = Acceptance(decay=1.0, shrink=1.0, prior=0.6)  # nothing measured: the prior at every position
     tokens, holds = acceptance.tokens_and_holds(8)

@@ -134,6 +134,21 @@ def test_blocks_that_seldom_hold_are_not_sent_ahead():
     assert p.decide(SPEC, 100).depth == 1
 
 
+def test_short_blocks_sent_ahead_that_hold_grow_k_past_an_early_rejection():
+    """A first long block rejected at its fifth draft, then blocks of three sent ahead that all
+    hold (as a bench run on WiFi met it): a chain that holds is one long block, so the deep
+    positions learn from it and k grows, instead of staying at three for the whole text."""
+    p = planner(20.0, mode="speculative", send_ahead="auto")
+    p.observe(Segment(SPEC))
+    p.observe(Round(16, 0, 1, 90.0, 88.0, 16.0))  # the Open's round
+    p.observe(Round(16, 4, 5, 45.0, 40.0, 16.0, 4.0))
+    assert p.decide(SPEC, 100).k <= 4
+    p.observe(Round(3, 3, 4, 40.0, 38.0, 13.0, 1.0))
+    for _ in range(10):
+        p.observe(Round(3, 3, 4, 14.0, None, 13.0, 1.0))  # sent ahead, and held
+    assert p.decide(SPEC, 80).k >= 8
+
+
 def test_sending_ahead_makes_speculation_cheaper_in_the_forecast():
     one, ahead = planner(60.0), planner(60.0, send_ahead="auto")
     for p in (one, ahead):

@@ -1,8 +1,9 @@
 /**
  * What a block of k drafts commits: the planner's acceptance estimator (edge/acceptance.py).
  *
- * Position i of a block is reached when drafts 1..i-1 were accepted. Per position, decayed counts
- * of reached and accepted give c_i = P(draft i accepted | position i reached); a round of k
+ * Position i of a block is reached when drafts 1..i-1 were accepted (a block sent ahead continues
+ * the positions of the ones before it that held). Per position, decayed counts of reached and
+ * accepted give c_i = P(draft i accepted | position i reached); a round of k
  * drafts commits on average E[tokens | k] = 1 + sum_{i=1..k} c_1 ... c_i, and a block of k sent
  * ahead holds with c_1 ... c_(k+1). Each c_i is shrunk towards c_(i-1) (c_1 towards the prior).
  */
@@ -16,10 +17,16 @@ export class Acceptance {
 
   constructor(readonly decay: number, readonly shrink: number, readonly prior: number) {}
 
-  /** A verified round: `accepted` of `k` drafts. */
-  add(accepted: number, k: number): void {
-    const reached = Math.min(accepted + 1, k);
-    this.addCounts(new Array(reached).fill(1), new Array(accepted).fill(1));
+  /**
+   * A verified round: `accepted` of `k` drafts. `after`: the block went ahead of blocks that held,
+   * whose drafts and bonus guesses were its first `after` positions (the last bonus guess,
+   * accepted). Positions past `limit` are not kept.
+   */
+  add(accepted: number, k: number, after = 0, limit?: number): void {
+    const reached = [...new Array(after).fill(0), ...new Array(Math.min(accepted + 1, k)).fill(1)];
+    const hits = [...new Array(after).fill(0), ...new Array(accepted).fill(1)];
+    if (after > 0) reached[after - 1] = hits[after - 1] = 1;
+    this.addCounts(reached.slice(0, limit), hits.slice(0, limit));
   }
 
   /** Per-position counts of `rounds` rounds (fractional for replayed ones): what was there before weighs decay ** rounds. */

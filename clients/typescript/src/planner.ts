@@ -134,6 +134,8 @@ export class State {
   segmentRounds = 0;
   segmentTokens = 0;
   segmentProbes = 0;
+  /** Positions a block sent ahead now continues (the blocks before it held). */
+  chain = 0;
 
   constructor(config: PlannerConfig) {
     this.forward = new Line(1 - 1 / (4 * config.window)); // (a slope needs many samples)
@@ -158,7 +160,7 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
       s.acceptance.forget(config.newTextWeight);
       break;
     case "segment":
-      s.segmentRounds = s.segmentTokens = s.segmentProbes = 0;
+      s.segmentRounds = s.segmentTokens = s.segmentProbes = s.chain = 0;
       if (event.path === "cloud_only") s.streams = [...s.streams.slice(-config.window + 1), NaN];
       break;
     case "info":
@@ -195,10 +197,14 @@ export function observe(s: State, config: PlannerConfig, event: Event): void {
 
 /**
  * A segment's first round also carried the Open (the replica's prefill): its wait beyond a round
- * trip and a forward is what a switch pays; its times price no round.
+ * trip and a forward is what a switch pays; its times price no round. Blocks sent ahead that hold
+ * are one long block to acceptance: their drafts are deeper positions of it.
  */
 function observeRound(s: State, config: PlannerConfig, r: Extract<Event, { kind: "round" }>): void {
-  s.acceptance.add(Math.min(Math.max(r.tokens - 1, 0), r.k), r.k); // (a tree's accepted leaves count as its chain's)
+  const accepted = Math.min(Math.max(r.tokens - 1, 0), r.k); // (a tree's accepted leaves count as its chain's)
+  const after = r.waitMs === null ? s.chain : 0; // (a block sent ahead is verified only behind ones that held)
+  if (after <= s.maxK) s.acceptance.add(accepted, r.k, after, s.maxK + 1); // (deeper positions price no block)
+  s.chain = accepted === r.k ? after + r.k + 1 : 0;
   s.segmentRounds += 1;
   if (s.segmentRounds === 1) {
     if (r.waitMs !== null && s.rtt.value !== null) s.prefill.add(Math.max(r.waitMs - s.rtt.value - r.forwardMs, 0));
