@@ -100,6 +100,7 @@ class _Device:
     draft_ms: float = 0.0
     sent_ms: float = 0.0
     accepted_now: int = 0  # the verdict on its way down
+    forward_ms: float = 0.0  # the forward that verified its last block (a batch's, as a verdict tells)
     ahead_credit: int = 0  # next-block drafts already made while the last block was in flight
     steps_left: float = 0  # cloud-only decode steps still to run
 
@@ -251,7 +252,7 @@ class FleetSimulation:
         device.accepted += n
         flight_ms = self.now - device.sent_ms
         assert device.planner is not None
-        device.planner.observe(Round(k, n, n + 1, device.draft_ms + flight_ms, flight_ms, self.cal.verify(1, k + 1),
+        device.planner.observe(Round(k, n, n + 1, device.draft_ms + flight_ms, flight_ms, device.forward_ms,
                                      device.draft_ms))
         if self.config.draft_ahead and n == k:
             # During the flight the device drafted position k+1 (its guess at the bonus token)
@@ -386,7 +387,10 @@ class FleetSimulation:
         tokens_per_row = max(d.k + 1 for d in rows) if self.path == SPECULATIVE else 1
         replica.in_forward = True
         replica.batch_sizes[size] += 1
-        done = self._on_model(replica, self.cal.verify(size, tokens_per_row))
+        forward_ms = self.cal.verify(size, tokens_per_row)
+        for device in rows:
+            device.forward_ms = forward_ms
+        done = self._on_model(replica, forward_ms)
         self._at(done, partial(self._finish_batch, replica, rows))
 
     def _finish_batch(self, replica: _Replica, rows: list[_Device]) -> None:
