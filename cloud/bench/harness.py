@@ -269,4 +269,4 @@ def switch_log(result) -> list[dict]:
     """The planner's decisions of one request, as dicts (``planner.Switch``): from the result's
     stats when they carry them (``switch_log``), else none."""
     log = getattr(getattr(result, "stats", None), "switch_log", None) or getattr(result, "switch_log", None) or []
-    return [entry.to_dict() if hasattr(entry, "to_dict") else dict(entry) for entry in log]
+    return [dict(entry) if isinstance(entry, dict) else asdict(entry) for entry in log]
